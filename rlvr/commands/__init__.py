@@ -1,0 +1,1 @@
+"""One module per command group of the ``rlvr`` command line (see ``rlvr/cli.py``)."""

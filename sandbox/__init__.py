@@ -1,0 +1,1 @@
+"""Run untrusted code under OS isolation and resource limits (standard library only)."""

@@ -1,0 +1,14 @@
+"""Task suites: load problems, format prompts as chat messages, name their default verifier.
+
+    from tasks import get_task
+    for problem in get_task("arithmetic", split="test", n=3):
+        print(problem.prompt, problem.reference, problem.verifier)
+"""
+
+from tasks.base import Problem, TaskSuite
+from tasks.registry import get_task, list_tasks, register_task
+
+# Built-in suites register themselves on import.
+from tasks import arithmetic as _arithmetic  # noqa: E402,F401
+
+__all__ = ["Problem", "TaskSuite", "get_task", "list_tasks", "register_task"]

@@ -1,0 +1,116 @@
+"""``arithmetic``: seeded synthetic integer arithmetic (the quickstart's task).
+
+Every possible problem ``a <op> b`` belongs to exactly one split, decided by a stable hash of its
+text: 10% ``test``, 5% ``dev``, the rest ``train``. Held-out problems are therefore disjoint from
+training ones for every seed and every size.
+
+Styles:
+    bare      ``7+345=``  (what a tiny character-level model reads)
+    instruct  ``What is 7 + 345? Reply with the final number only.``
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+import random
+from typing import Iterator
+
+from tasks.base import Problem
+from tasks.registry import register_task
+
+_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+_SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}  # percent of hash space
+_STYLES = ("bare", "instruct")
+
+
+def split_of(a: int, op: str, b: int) -> str:
+    """The split a problem belongs to, from a stable hash of its text (independent of any seed)."""
+    bucket = int.from_bytes(hashlib.blake2b(f"{a}{op}{b}".encode(), digest_size=4).digest(), "big") % 100
+    return next(name for name, (lo, hi) in _SPLIT_BUCKETS.items() if lo <= bucket < hi)
+
+
+@register_task("arithmetic")
+class Arithmetic:
+    """Integer arithmetic with operands of 1..``max_digits`` digits.
+
+    Args:
+        split: ``train`` | ``dev`` | ``test`` (disjoint, see module docstring).
+        n: number of problems (default 10,000 for train, 500 otherwise). Held-out splits hold
+            distinct problems; train problems are drawn with replacement.
+        seed: which problems are drawn; the split membership does not depend on it.
+        max_digits: operands lie in [0, 10**max_digits - 1].
+        ops: the operators to draw from, any of ``+ - *``.
+        style: ``bare`` or ``instruct`` prompt.
+    """
+
+    name = "arithmetic"
+    default_verifier = "numeric"
+
+    def __init__(
+        self,
+        path: str | None = None,
+        split: str = "train",
+        *,
+        n: int | None = None,
+        seed: int = 0,
+        max_digits: int = 3,
+        ops: str = "+",
+        style: str = "instruct",
+    ):
+        if split not in _SPLIT_BUCKETS:
+            raise ValueError(f"arithmetic: unknown split {split!r}; valid splits: {', '.join(_SPLIT_BUCKETS)}")
+        if style not in _STYLES:
+            raise ValueError(f"arithmetic: unknown style {style!r}; valid styles: {', '.join(_STYLES)}")
+        bad_ops = set(ops) - set(_OPS)
+        if not ops or bad_ops:
+            raise ValueError(f"arithmetic: ops must be a non-empty string of {' '.join(_OPS)}, got {ops!r}")
+        if max_digits < 1:
+            raise ValueError("arithmetic: max_digits must be >= 1")
+        self.split, self.seed, self.max_digits, self.ops, self.style = split, seed, max_digits, ops, style
+        self.n = n if n is not None else (10_000 if split == "train" else 500)
+        self._problems = self._draw()
+
+    def _draw(self) -> list[Problem]:
+        rng = random.Random(f"arithmetic/{self.seed}/{self.split}")
+        hi = 10**self.max_digits - 1
+        seen: set[tuple[int, str, int]] = set()
+        problems: list[Problem] = []
+        attempts = 0
+        while len(problems) < self.n:
+            attempts += 1
+            if attempts > 200 * self.n + 10_000:
+                raise ValueError(f"arithmetic: cannot draw {self.n} distinct {self.split} problems with max_digits={self.max_digits}")
+            a, b, op = rng.randint(0, hi), rng.randint(0, hi), rng.choice(self.ops)
+            if split_of(a, op, b) != self.split:
+                continue
+            if self.split != "train":
+                if (a, op, b) in seen:
+                    continue
+                seen.add((a, op, b))
+            problems.append(self._problem(len(problems), a, op, b))
+        return problems
+
+    def _problem(self, index: int, a: int, op: str, b: int) -> Problem:
+        answer = str(_OPS[op](a, b))
+        if self.style == "bare":
+            content = f"{a}{op}{b}="
+        else:
+            content = f"What is {a} {op} {b}? Reply with the final number only."
+        return Problem(
+            id=f"arithmetic/{self.split}/{index}",
+            prompt=[{"role": "user", "content": content}],
+            reference={"answer": answer},
+            verifier=self.default_verifier,
+            solution=answer,
+            meta={"a": a, "b": b, "op": op},
+        )
+
+    def __len__(self) -> int:
+        return len(self._problems)
+
+    def __iter__(self) -> Iterator[Problem]:
+        return iter(self._problems)
+
+    def __getitem__(self, index: int) -> Problem:
+        return self._problems[index]

@@ -1,0 +1,58 @@
+"""The task contract: a :class:`Problem` is a chat prompt, a reference and the name of its verifier.
+
+``tasks/`` never needs a tokenizer: prompts are lists of chat messages and the trainer applies the
+model's chat template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem of a task suite.
+
+    Attributes:
+        id: stable identifier, unique within its suite (e.g. ``"gsm8k/test/17"``).
+        prompt: chat messages, ``[{"role": "system"|"user"|..., "content": str}, ...]``.
+        reference: what the verifier checks against, e.g. ``{"answer": "42"}`` or ``{"tests": [...]}``.
+        verifier: name of the registered verifier that scores completions of this problem.
+        solution: a gold completion for supervised fine-tuning, where the suite has one.
+        meta: free-form extras (difficulty, source, ...); never read by the trainer.
+    """
+
+    id: str
+    prompt: list[dict[str, str]]
+    reference: dict[str, Any]
+    verifier: str
+    solution: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class TaskSuite(Protocol):
+    """An iterable of problems with a name and a default verifier.
+
+    Example::
+
+        class Squares:
+            name = "squares"
+            default_verifier = "numeric"
+            def __init__(self, split="train", n=100):
+                self.items = range(n) if split == "train" else range(1000, 1000 + n)
+            def __len__(self):
+                return len(self.items)
+            def __iter__(self):
+                for k in self.items:
+                    yield Problem(f"squares/{k}", [{"role": "user", "content": f"{k}^2="}],
+                                  {"answer": str(k * k)}, "numeric")
+    """
+
+    name: str
+    default_verifier: str
+
+    def __iter__(self) -> Iterator[Problem]: ...
+
+    def __len__(self) -> int: ...
