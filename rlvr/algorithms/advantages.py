@@ -1,0 +1,116 @@
+"""Advantage estimators: how much better each sample did than a baseline.
+
+Critic-free estimators take scalar rewards laid out by group, ``rewards [P, G]`` (P prompts, G
+samples each), plus ``valid [P, G]``: samples whose verification failed are excluded from every
+statistic and get advantage 0. Each returns ``advantages [P, G]``, one value per sequence that the
+loss broadcasts over its tokens.
+
+``gae`` is the actor-critic estimator over per-token rewards and values ``[B, T]``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+EPS = 1e-6
+
+
+def _masked_group_mean(rewards: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-group mean over valid samples and the number of valid samples, both ``[P, 1]``."""
+    count = valid.sum(dim=1, keepdim=True)
+    mean = (rewards * valid).sum(dim=1, keepdim=True) / count.clamp(min=1)
+    return mean, count
+
+
+def grpo_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """GRPO group z-score:  A_i = (r_i - mean_g(r)) / (std_g(r) + eps).
+
+    std is the unbiased (n-1) sample standard deviation, as in the GRPO paper's reference code. A
+    group whose rewards are all equal has A = 0 for every sample (no signal, no update).
+    """
+    valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
+    r = rewards.float()
+    mean, count = _masked_group_mean(r, valid)
+    var = (((r - mean) ** 2) * valid).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)
+    adv = (r - mean) / (var.sqrt() + EPS)
+    return torch.where(valid, adv, torch.zeros_like(adv))
+
+
+def dr_grpo_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Dr. GRPO: A_i = r_i - mean_g(r). No division by the group std, which would up-weight
+    groups that are nearly all right or all wrong (the "question difficulty" bias)."""
+    valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
+    r = rewards.float()
+    mean, _ = _masked_group_mean(r, valid)
+    return torch.where(valid, r - mean, torch.zeros_like(r))
+
+
+def rloo_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """RLOO leave-one-out baseline: A_i = r_i - mean_{j != i} r_j = n/(n-1) * (r_i - mean_g(r)).
+
+    The baseline excludes the sample itself, so the estimate stays unbiased. A group with a single
+    valid sample has no baseline and gets A = 0.
+    """
+    valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
+    r = rewards.float()
+    total = (r * valid).sum(dim=1, keepdim=True)
+    count = valid.sum(dim=1, keepdim=True)
+    baseline = (total - r) / (count - 1).clamp(min=1)
+    adv = torch.where(count > 1, r - baseline, torch.zeros_like(r))
+    return torch.where(valid, adv, torch.zeros_like(adv))
+
+
+def reinforce_pp_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """REINFORCE++: rewards z-scored over the whole batch, A_i = (r_i - mean_B(r)) / (std_B(r) + eps).
+
+    The global baseline and scale are steadier than per-group statistics when groups are small.
+    """
+    valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
+    r = rewards.float()
+    n = valid.sum().clamp(min=1)
+    mean = (r * valid).sum() / n
+    var = (((r - mean) ** 2) * valid).sum() / (n - 1).clamp(min=1)
+    adv = (r - mean) / (var.sqrt() + EPS)
+    return torch.where(valid, adv, torch.zeros_like(adv))
+
+
+GROUP_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]] = {
+    "grpo": grpo_advantages,
+    "dr_grpo": dr_grpo_advantages,
+    "rloo": rloo_advantages,
+    "reinforce_pp": reinforce_pp_advantages,
+}
+
+
+def gae(
+    rewards: torch.Tensor,  # [B, T] per-token rewards (e.g. the score on the last token, minus a KL penalty)
+    values: torch.Tensor,  # [B, T] critic values V(s_t) from the rollout policy
+    mask: torch.Tensor,  # [B, T] 1 on response tokens
+    gamma: float = 1.0,
+    lam: float = 0.95,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation. Returns ``(advantages [B, T], returns [B, T])``.
+
+        delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)        (V after the last token is 0)
+        A_t     = sum_l (gamma * lam)^l * delta_{t+l}
+        R_t     = A_t + V(s_t)                              (the critic's regression target)
+
+    lam = 0 gives the one-step TD error; lam = 1 gives the Monte Carlo return minus the value.
+    Padded positions are zero and do not leak into earlier ones.
+    """
+    mask = mask.to(rewards.dtype)
+    rewards, values = rewards * mask, values * mask
+    B, T = rewards.shape
+    advantages = torch.zeros_like(rewards)
+    next_value = torch.zeros(B, dtype=rewards.dtype, device=rewards.device)
+    next_adv = torch.zeros_like(next_value)
+    for t in reversed(range(T)):  # a loop over time, vectorised over the batch
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        adv_t = delta + gamma * lam * next_adv
+        # On padding keep carrying nothing: the next real step sees V=0 and A=0 beyond the end.
+        adv_t = adv_t * mask[:, t]
+        advantages[:, t] = adv_t
+        next_value, next_adv = values[:, t], adv_t
+    return advantages, advantages + values

@@ -1,0 +1,207 @@
+"""Policy-gradient losses, KL estimators, entropy and the clipped value loss, as pure functions.
+
+Shapes: ``B`` sequences, ``T`` response tokens. ``mask [B, T]`` is 1 on tokens that count.
+Per-token terms are reduced to a scalar by one of the aggregation modes in ``AGGREGATIONS``; the
+denominators can be given explicitly so that a loss summed over micro-batches equals the loss of
+the whole minibatch (gradient accumulation stays exact).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+# ---------------------------------------------------------------------------------------------
+# Aggregation: per-token values [B, T] -> scalar
+# ---------------------------------------------------------------------------------------------
+
+
+def token_mean(values: torch.Tensor, mask: torch.Tensor, *, num_seqs: float, num_tokens: float, max_len: int) -> torch.Tensor:
+    """DAPO: every token of the batch weighs the same, sum_{i,t} x_it / sum_i |o_i|."""
+    return (values * mask).sum() / max(num_tokens, 1.0)
+
+
+def seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, *, num_seqs: float, num_tokens: float, max_len: int) -> torch.Tensor:
+    """GRPO: mean over sequences of each sequence's token mean, 1/G sum_i 1/|o_i| sum_t x_it.
+
+    Tokens of short answers weigh more than tokens of long ones (the length bias Dr. GRPO removes).
+    """
+    per_seq = (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+    return per_seq.sum() / max(num_seqs, 1.0)
+
+
+def seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, *, num_seqs: float, num_tokens: float, max_len: int) -> torch.Tensor:
+    """Dr. GRPO: token sums divided by a constant (the max response length), averaged over sequences,
+    1/G sum_i 1/L_max sum_t x_it. Unbiased in length."""
+    per_seq = (values * mask).sum(dim=1) / float(max_len)
+    return per_seq.sum() / max(num_seqs, 1.0)
+
+
+Aggregation = Callable[..., torch.Tensor]
+AGGREGATIONS: dict[str, Aggregation] = {
+    "token_mean": token_mean,
+    "seq_mean_token_mean": seq_mean_token_mean,
+    "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
+}
+
+
+def aggregate(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    *,
+    num_seqs: float | None = None,
+    num_tokens: float | None = None,
+    max_len: int | None = None,
+) -> torch.Tensor:
+    """Reduce per-token ``values [B, T]`` with aggregation ``mode``.
+
+    ``num_seqs``/``num_tokens`` default to this batch's own counts; pass the counts of the whole
+    minibatch when ``values`` is one micro-batch of it. ``max_len`` defaults to ``T``.
+    """
+    try:
+        fn = AGGREGATIONS[mode]
+    except KeyError:
+        raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}") from None
+    mask = mask.to(values.dtype)
+    return fn(
+        values,
+        mask,
+        num_seqs=float(values.shape[0]) if num_seqs is None else float(num_seqs),
+        num_tokens=float(mask.sum().item()) if num_tokens is None else float(num_tokens),
+        max_len=values.shape[1] if max_len is None else int(max_len),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Clipped surrogate
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PolicyLossStats:
+    """Diagnostics of one policy-loss evaluation (means over masked tokens, detached)."""
+
+    clip_frac_low: float  # share of tokens with A < 0 and ratio < 1 - clip_low (gradient stopped)
+    clip_frac_high: float  # share of tokens with A > 0 and ratio > 1 + clip_high (gradient stopped)
+    dual_clip_frac: float  # share of tokens where the dual clip bound was active
+    ratio_mean: float
+    approx_kl: float  # mean of k3(old || new): how far this pass has moved from the rollout policy
+
+
+def clipped_surrogate(
+    logp: torch.Tensor,  # [B, T] log pi_theta(o_t | ...)
+    old_logp: torch.Tensor,  # [B, T] log pi_old, the policy that sampled the batch
+    advantages: torch.Tensor,  # [B] per sequence, or [B, T] per token
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token PPO loss (to minimise) with asymmetric clipping and an optional dual clip.
+
+        rho_t = exp(logp_t - old_logp_t)
+        l_t   = -min(rho_t * A, clip(rho_t, 1 - clip_low, 1 + clip_high) * A)
+        dual clip (A < 0 only):  l_t = min(l_t, -dual_clip * A)       (dual_clip > 1, e.g. 3)
+
+    The gradient is exactly zero where (A > 0 and rho > 1 + clip_high) or (A < 0 and rho < 1 - clip_low),
+    and, with dual clip, where A < 0 and rho > dual_clip. Returns ``(loss_t, clipped_low, clipped_high)``
+    where the last two are boolean masks ``[B, T]`` of the gradient-stopped tokens.
+    """
+    adv = advantages if advantages.dim() == logp.dim() else advantages.unsqueeze(-1)
+    ratio = torch.exp(logp - old_logp)
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    if dual_clip is not None:
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+        bound = -adv * dual_clip
+        loss = torch.where(adv < 0, torch.minimum(loss, bound), loss)
+    clipped_low = (adv < 0) & (ratio < 1.0 - clip_low)
+    clipped_high = (adv > 0) & (ratio > 1.0 + clip_high)
+    return loss, clipped_low, clipped_high
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+    agg: str = "seq_mean_token_mean",
+    num_seqs: float | None = None,
+    num_tokens: float | None = None,
+    max_len: int | None = None,
+) -> tuple[torch.Tensor, PolicyLossStats]:
+    """The clipped surrogate reduced with aggregation ``agg``; see :func:`clipped_surrogate`."""
+    loss_t, low, high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high, dual_clip)
+    loss = aggregate(loss_t, mask, agg, num_seqs=num_seqs, num_tokens=num_tokens, max_len=max_len)
+    with torch.no_grad():
+        m = mask.bool()
+        n = m.sum().clamp(min=1)
+        adv = advantages if advantages.dim() == logp.dim() else advantages.unsqueeze(-1).expand_as(logp)
+        ratio = torch.exp(logp - old_logp)
+        dual = (adv < 0) & (ratio > dual_clip) if dual_clip is not None else torch.zeros_like(m)
+        stats = PolicyLossStats(
+            clip_frac_low=float((low & m).sum() / n),
+            clip_frac_high=float((high & m).sum() / n),
+            dual_clip_frac=float((dual & m).sum() / n),
+            ratio_mean=float((ratio * m).sum() / n),
+            approx_kl=float((kl_k3(old_logp, logp) * m).sum() / n),
+        )
+    return loss, stats
+
+
+# ---------------------------------------------------------------------------------------------
+# KL to the reference, entropy, value loss
+# ---------------------------------------------------------------------------------------------
+
+
+def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """k1 = log(pi/pi_ref): unbiased for KL(pi || pi_ref) under samples of pi, but can be negative."""
+    return logp - ref_logp
+
+
+def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """k2 = (log(pi/pi_ref))^2 / 2: non-negative, low variance, biased (its gradient is that of KL)."""
+    return 0.5 * (logp - ref_logp) ** 2
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """k3 = pi_ref/pi - log(pi_ref/pi) - 1: unbiased and always >= 0 (GRPO's estimator).
+
+    The log-ratio is clamped to [-20, 20] so a token the reference finds impossible cannot overflow.
+    """
+    log_ratio = torch.clamp(ref_logp - logp, -20.0, 20.0)
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the categorical distribution at each position, H = -sum_v p_v log p_v.  [..., V] -> [...]"""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
+def clipped_value_loss(
+    values: torch.Tensor,  # [B, T] current critic predictions
+    old_values: torch.Tensor,  # [B, T] predictions at rollout time
+    returns: torch.Tensor,  # [B, T] regression targets (GAE returns)
+    mask: torch.Tensor,
+    clip: float = 0.2,
+    agg: str = "token_mean",
+) -> torch.Tensor:
+    """PPO value loss:  1/2 * max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2), aggregated.
+
+    Clipping keeps the critic from jumping further than ``clip`` from its rollout-time prediction.
+    """
+    v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+    per_token = 0.5 * torch.maximum((values - returns) ** 2, (v_clipped - returns) ** 2)
+    return aggregate(per_token, mask, agg)
