@@ -1,0 +1,77 @@
+"""Atomic checkpoints a run can resume from.
+
+A checkpoint is a folder ``checkpoints/step_NNNNNN/`` holding ``model/`` (a loadable Hugging Face
+folder: full weights as safetensors, or peft adapters) and ``trainer_state.pt`` (optimizer,
+scheduler, RNG states, data position, step). It is written under a temporary name and renamed
+into place, so a crash leaves either the previous checkpoint or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.runtime import rng_state
+
+_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+
+
+def checkpoint_root(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    *,
+    model,
+    tokenizer,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    extra: dict[str, Any],
+    keep: int = 1,
+) -> Path:
+    """Write checkpoint ``step`` atomically and prune all but the newest ``keep``."""
+    root = checkpoint_root(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = root / f".tmp_step_{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp / "model")
+    tokenizer.save_pretrained(tmp / "model")
+    state = {
+        "step": step,
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng": rng_state(),
+        **extra,
+    }
+    torch.save(state, tmp / "trainer_state.pt")
+    if final.exists():  # the same step saved again (e.g. end of a resumed run)
+        shutil.rmtree(final)
+    tmp.rename(final)  # atomic on one file system
+    for old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = checkpoint_root(run_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if _STEP_DIR.match(p.name) and (p / "trainer_state.pt").is_file()]
+    return sorted(found, key=lambda p: int(_STEP_DIR.match(p.name).group(1)))
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def load_trainer_state(checkpoint: str | Path) -> dict[str, Any]:
+    return torch.load(Path(checkpoint) / "trainer_state.pt", map_location="cpu", weights_only=True)

@@ -1,0 +1,374 @@
+"""Typed configuration: YAML files plus ``key=value`` overrides, validated by pydantic.
+
+Every field has a default, so a config file names only what differs. Unknown keys, wrong types
+and impossible combinations are errors that name the key and the valid choices. ``algorithm.preset``
+fills the algorithm defaults of a named recipe *under* whatever the file and overrides set:
+
+    preset        advantage      loss_agg                 clip (low/high)  beta  extras
+    grpo          grpo           seq_mean_token_mean      0.2 / 0.2        0.04  k3 KL in the loss
+    dr_grpo       dr_grpo        seq_mean_token_sum_norm  0.2 / 0.2        0     -
+    dapo          grpo           token_mean               0.2 / 0.28       0     dynamic sampling, soft overlong punishment
+    rloo          rloo           token_mean               0.2 / 0.2        0.05  k1 KL in the reward
+    reinforce_pp  reinforce_pp   token_mean               0.2 / 0.2        0.01  k1 KL in the reward
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal, Optional, Sequence, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+# ---------------------------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------------------------
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraConfig(Section):
+    r: int = Field(16, ge=1, description="adapter rank")
+    alpha: float = Field(32.0, gt=0, description="LoRA scaling numerator (scale = alpha / r)")
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] | str = Field("all-linear", description="module names, or 'all-linear'")
+
+
+class ModelConfig(Section):
+    path: str = Field("", description="local Hugging Face model folder (e.g. one made by the tiny-model builder)")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    lora: Optional[LoraConfig] = Field(None, description="train LoRA adapters instead of all weights")
+    gradient_checkpointing: bool = False
+
+
+class TaskConfig(Section):
+    task: str = Field("arithmetic", description="registered task suite (see `rlvr tasks list`)")
+    path: Optional[str] = Field(None, description="local data file/folder or hub dataset name for the suite")
+    split: str = "train"
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword options of the suite")
+    weight: float = Field(1.0, gt=0, description="sampling weight when several suites are mixed")
+    limit: Optional[int] = Field(None, ge=1, description="use only the first N problems")
+
+
+class VerifierConfig(Section):
+    name: Optional[str] = Field(None, description="verifier to use; null = each problem's own (the suite's default)")
+    options: dict[str, Any] = Field(default_factory=dict)
+    workers: int = Field(0, ge=0, description="verifier worker processes (0 = score in the trainer process)")
+    timeout_s: float = Field(10.0, gt=0, description="hard deadline per item (with workers > 0)")
+    on_failure: Literal["mask", "zero"] = Field(
+        "mask", description="samples whose verification timed out or errored: masked out of the loss, or scored 0"
+    )
+    success_threshold: float = Field(1.0, description="a sample counts as correct (accuracy) when score >= this")
+
+
+class EngineConfig(Section):
+    name: Literal["hf", "vllm"] = "hf"
+    max_batch_size: int = Field(256, ge=1, description="sequences generated together")
+
+
+class GenerationConfig(Section):
+    max_new_tokens: int = Field(256, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="0 = off")
+
+
+class AlgorithmConfig(Section):
+    preset: Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp"] = "grpo"
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = "grpo"
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "seq_mean_token_mean"
+    clip_low: float = Field(0.2, ge=0, lt=1)
+    clip_high: float = Field(0.2, ge=0)
+    dual_clip: Optional[float] = Field(None, gt=1, description="bound on the loss of negative advantages (e.g. 3)")
+    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 = no reference model and no reference pass")
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_placement: Literal["loss", "reward"] = Field("loss", description="KL as a loss term, or subtracted from the reward")
+    entropy_coef: float = Field(0.0, ge=0, description="entropy bonus coefficient")
+    ppo_epochs: int = Field(1, ge=1, description="passes over each batch")
+    minibatches: int = Field(1, ge=1, description="optimizer steps per pass")
+    old_logprobs: Literal["auto", "engine", "recompute"] = Field(
+        "auto",
+        description="source of pi_old when a batch is used more than once: the engine's sampling log-probs, "
+        "or a recomputing pass; auto = engine for the hf engine in float32, else recompute",
+    )
+    dynamic_sampling: bool = Field(False, description="drop groups whose accuracy has zero variance and refill (DAPO)")
+    max_resample_rounds: int = Field(4, ge=0, description="extra generation rounds to refill a dynamic-sampling batch")
+    overlong: Literal["none", "filter", "soft"] = Field("none", description="truncated samples: keep, mask out, or soft punishment")
+    overlong_buffer: int = Field(4, ge=1, description="soft punishment ramps over the last N tokens before max_new_tokens")
+    overlong_penalty: float = Field(1.0, ge=0, description="reward subtracted at max_new_tokens (soft punishment)")
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "grpo": dict(advantage="grpo", loss_agg="seq_mean_token_mean", clip_low=0.2, clip_high=0.2, beta=0.04,
+                 kl_estimator="k3", kl_placement="loss"),
+    "dr_grpo": dict(advantage="dr_grpo", loss_agg="seq_mean_token_sum_norm", clip_low=0.2, clip_high=0.2, beta=0.0),
+    "dapo": dict(advantage="grpo", loss_agg="token_mean", clip_low=0.2, clip_high=0.28, beta=0.0,
+                 dynamic_sampling=True, overlong="soft"),
+    "rloo": dict(advantage="rloo", loss_agg="token_mean", clip_low=0.2, clip_high=0.2, beta=0.05,
+                 kl_estimator="k1", kl_placement="reward"),
+    "reinforce_pp": dict(advantage="reinforce_pp", loss_agg="token_mean", clip_low=0.2, clip_high=0.2, beta=0.01,
+                         kl_estimator="k1", kl_placement="reward"),
+}
+
+
+class OptimConfig(Section):
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = Field(0, ge=0)
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="final lr / peak lr for linear and cosine decay")
+    grad_clip: float = Field(1.0, gt=0, description="max global gradient norm")
+
+
+class TrainConfig(Section):
+    steps: int = Field(100, ge=1)
+    prompts_per_step: int = Field(32, ge=1)
+    group_size: int = Field(8, ge=1, description="completions per prompt (G)")
+    micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward (memory bound)")
+    seed: int = 0
+    device: str = Field("auto", description="cpu, cuda, cuda:N, or auto")
+
+
+class EvalConfig(Section):
+    every: int = Field(0, ge=0, description="evaluate every N steps (0 = only at start/end)")
+    at_start: bool = True
+    at_end: bool = True
+    tasks: list[TaskConfig] = Field(default_factory=list, description="held-out suites; empty = the first training suite's 'test' split")
+    limit: int = Field(200, ge=1, description="problems per suite")
+    samples: int = Field(1, ge=1, description="samples per problem (1 + greedy = greedy accuracy)")
+    greedy: bool = True
+    max_new_tokens: Optional[int] = Field(None, ge=1, description="default: generation.max_new_tokens")
+
+
+class LogConfig(Section):
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "rlvr"
+    plot_every: int = Field(50, ge=0, description="redraw plots every N steps (0 = only at the end)")
+    alarm_patience: int = Field(5, ge=1, description="consecutive bad steps before an alarm")
+    progress: bool = True
+
+
+class CheckpointConfig(Section):
+    every: int = Field(50, ge=0, description="save every N steps (0 = only at the end)")
+    keep: int = Field(1, ge=1, description="most recent checkpoints kept")
+
+
+class RunConfig(Section):
+    """The GRPO-family recipe (``rlvr train``)."""
+
+    out: str = Field("runs/train", description="run folder")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: list[TaskConfig] = Field(default_factory=lambda: [TaskConfig()], description="training suites (weights mix them)")
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> "RunConfig":
+        a, t = self.algorithm, self.train
+        if not self.data:
+            raise ValueError("data: at least one training suite is needed")
+        if a.advantage in ("grpo", "dr_grpo", "rloo") and t.group_size < 2:
+            raise ValueError(f"train.group_size: advantage {a.advantage!r} compares samples within a group, so it needs group_size >= 2")
+        if a.dynamic_sampling and t.group_size < 2:
+            raise ValueError("algorithm.dynamic_sampling needs train.group_size >= 2")
+        if a.minibatches > t.prompts_per_step:
+            raise ValueError(f"algorithm.minibatches ({a.minibatches}) cannot exceed train.prompts_per_step ({t.prompts_per_step})")
+        if a.overlong == "soft" and a.overlong_buffer >= self.generation.max_new_tokens:
+            raise ValueError("algorithm.overlong_buffer must be smaller than generation.max_new_tokens")
+        if a.old_logprobs == "engine" and self.model.dtype != "float32" and self.engine.name == "hf":
+            pass  # allowed: the user asked for it explicitly
+        if not self.model.path:
+            raise ValueError("model.path: set it to a local Hugging Face model folder")
+        return self
+
+
+class SFTDataConfig(Section):
+    task: Optional[str] = Field("arithmetic", description="task suite whose problems carry a gold solution")
+    path: Optional[str] = Field(None, description="suite data path, or a JSONL of {prompt|messages, completion} when task is null")
+    split: str = "train"
+    options: dict[str, Any] = Field(default_factory=dict)
+    limit: Optional[int] = Field(None, ge=1)
+
+
+class SFTTrainConfig(Section):
+    steps: int = Field(500, ge=1)
+    batch_size: int = Field(64, ge=1, description="sequences per optimizer step")
+    micro_batch_size: int = Field(256, ge=1)
+    seed: int = 0
+    device: str = "auto"
+
+
+class SFTEvalConfig(Section):
+    every: int = Field(0, ge=0, description="greedy accuracy on held-out problems every N steps (0 = never)")
+    task: Optional[str] = Field(None, description="default: data.task")
+    split: str = "dev"
+    options: dict[str, Any] = Field(default_factory=dict, description="default: data.options")
+    limit: int = Field(200, ge=1)
+    max_new_tokens: int = Field(16, ge=1)
+    stop_at_accuracy: Optional[float] = Field(None, gt=0, le=1, description="stop as soon as held-out accuracy reaches this")
+
+
+class SFTConfig(Section):
+    """Supervised fine-tuning on gold completions (``rlvr sft``), loss on completion tokens only."""
+
+    out: str = "runs/sft"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: SFTDataConfig = Field(default_factory=SFTDataConfig)
+    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5))
+    train: SFTTrainConfig = Field(default_factory=SFTTrainConfig)
+    eval: SFTEvalConfig = Field(default_factory=SFTEvalConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> "SFTConfig":
+        if not self.model.path:
+            raise ValueError("model.path: set it to a local Hugging Face model folder")
+        if self.data.task is None and not self.data.path:
+            raise ValueError("data: set data.task to a suite, or data.task: null with data.path to a JSONL file")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading, overrides, presets, errors
+# ---------------------------------------------------------------------------------------------
+
+C = TypeVar("C", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the key(s) and the valid choices."""
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["train.lr=1e-4", "model.lora.r=8"]`` -> a nested dict. Values are parsed as YAML."""
+    nested: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"override {pair!r} is not of the form key=value (e.g. train.steps=100)")
+        key, raw = pair.split("=", 1)
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {pair!r} has an empty key")
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        node = nested
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {pair!r} sets inside {part!r}, which is not a section")
+        node[parts[-1]] = value
+    return nested
+
+
+def deep_merge(base: dict, update: dict) -> dict:
+    """``update`` on top of ``base``, recursing into dicts (lists and scalars are replaced)."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        current = out.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            out[key] = deep_merge(current, value)
+        elif isinstance(value, dict) and value and all(str(k).isdigit() for k in value):
+            # "data.0.task=gsm8k": index into a list (the file's, or a fresh one)
+            items = list(current) if isinstance(current, list) else []
+            for index in sorted(value, key=int):
+                i = int(index)
+                if i > len(items):
+                    raise ConfigError(f"{key}.{i}: list index out of range (the list has {len(items)} items)")
+                if i == len(items):
+                    items.append({})
+                items[i] = deep_merge(items[i], value[index]) if isinstance(value[index], dict) else value[index]
+            out[key] = items
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _apply_preset(raw: dict) -> dict:
+    algorithm = raw.get("algorithm")
+    if algorithm is None:
+        algorithm = {}
+    if not isinstance(algorithm, dict):
+        raise ConfigError("algorithm: must be a mapping")
+    name = algorithm.get("preset", "grpo")
+    if name not in PRESETS:
+        raise ConfigError(f"algorithm.preset: unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
+    return {**raw, "algorithm": {**PRESETS[name], **algorithm}}
+
+
+def _format_errors(cls: type[BaseModel], exc: ValidationError, source: str) -> str:
+    lines = [f"invalid config ({source}):"]
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        key = ".".join(loc) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            valid = _valid_keys(cls, loc[:-1])
+            lines.append(f"  {key}: unknown key; valid keys here: {', '.join(valid)}")
+        elif not loc:  # a cross-field check: its message names the keys itself
+            lines.append(f"  {err['msg'].removeprefix('Value error, ')}")
+        else:
+            got = err.get("input")
+            got_text = f" (got {got!r})" if not isinstance(got, dict) else ""
+            lines.append(f"  {key}: {err['msg']}{got_text}")
+    return "\n".join(lines)
+
+
+def _valid_keys(cls: type[BaseModel], loc: list[str]) -> list[str]:
+    model: Any = cls
+    for part in loc:
+        if part.isdigit():
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        annotation = field.annotation
+        for candidate in (annotation, *getattr(annotation, "__args__", ())):
+            for inner in (candidate, *getattr(candidate, "__args__", ())):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    model = inner
+                    break
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def build_config(cls: type[C], raw: dict | None, overrides: Sequence[str] = (), source: str = "config") -> C:
+    """Validate ``raw`` (from YAML) with ``overrides`` applied on top; presets fill algorithm defaults."""
+    merged = deep_merge(raw or {}, parse_overrides(overrides))
+    if "algorithm" in getattr(cls, "model_fields", {}):
+        merged = _apply_preset(merged)
+    try:
+        return cls.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(cls, exc, source)) from None
+
+
+def load_config(cls: type[C], path: str | Path | None, overrides: Sequence[str] = ()) -> C:
+    """Read a YAML config file (or none: all defaults) and apply ``key=value`` overrides."""
+    raw: dict = {}
+    source = "overrides"
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        source = str(path)
+    return build_config(cls, raw, overrides, source)
+
+
+def save_config(config: BaseModel, path: str | Path) -> None:
+    """Write the resolved config, every default spelled out, as YAML."""
+    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

@@ -1,0 +1,148 @@
+"""Measure a policy on held-out problems: accuracy, pass@k (unbiased), verifier statuses, throughput.
+
+The same function serves ``rlvr eval``, evaluation during training, and the quickstart's
+before/after numbers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from rlvr.engines.base import Engine, SamplingParams
+from tasks.base import Problem
+from verifiers.runner import VerifierRunner
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k), for n samples of which c are correct.
+
+    Computed as 1 - prod_{i=n-c+1}^{n} (1 - k / i), which never forms the huge binomials.
+    """
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per problem, got {n}")
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product
+
+
+@dataclass
+class EvalResult:
+    """Aggregate and per-problem results of one evaluation."""
+
+    accuracy: float  # mean over all samples of "correct"
+    mean_score: float
+    pass_at_k: dict[int, float]
+    status: Counter
+    problems: int
+    samples_per_problem: int
+    wall_s: float
+    generate_s: float
+    verify_s: float
+    generated_tokens: int
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "accuracy": self.accuracy,
+            "mean_score": self.mean_score,
+            **{f"pass@{k}": v for k, v in self.pass_at_k.items()},
+            "problems": self.problems,
+            "samples_per_problem": self.samples_per_problem,
+            "status": dict(self.status),
+            "wall_s": self.wall_s,
+            "tokens_per_s": self.generated_tokens / self.generate_s if self.generate_s else 0.0,
+            "problems_per_s": self.problems / self.wall_s if self.wall_s else 0.0,
+        }
+
+
+def evaluate(
+    engine: Engine,
+    encode: Callable[[Problem], list[int]],
+    problems: Sequence[Problem],
+    runner: VerifierRunner,
+    *,
+    sampling: SamplingParams,
+    samples: int = 1,
+    ks: Sequence[int] = (1,),
+    verifier: str | None = None,
+    verifier_options: dict | None = None,
+    success_threshold: float = 1.0,
+    batch_prompts: int = 64,
+    keep_records: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> EvalResult:
+    """Generate ``samples`` completions per problem, verify them, and aggregate.
+
+    ``verifier`` overrides each problem's own verifier. ``progress(n_done)`` is called after each
+    batch of prompts.
+    """
+    bad_k = [k for k in ks if k > samples]
+    if bad_k:
+        raise ValueError(f"pass@k with k={bad_k} needs samples >= {max(bad_k)} (got samples={samples})")
+    start = time.perf_counter()
+    generate_s = verify_s = 0.0
+    tokens = 0
+    status: Counter = Counter()
+    correct_counts: list[int] = []
+    score_sum = 0.0
+    records: list[dict[str, Any]] = []
+    for first in range(0, len(problems), batch_prompts):
+        chunk = list(problems[first : first + batch_prompts])
+        t0 = time.perf_counter()
+        groups = engine.generate([encode(p) for p in chunk], samples, sampling)
+        t1 = time.perf_counter()
+        generate_s += t1 - t0
+        by_verifier: dict[str, list[int]] = {}
+        for i, problem in enumerate(chunk):
+            by_verifier.setdefault(verifier or problem.verifier, []).append(i)
+        rewards: dict[int, list] = {}
+        for name, indices in by_verifier.items():
+            flat = runner.score_batch(
+                name,
+                [c.text for i in indices for c in groups[i]],
+                [chunk[i].reference for i in indices for _ in range(samples)],
+                verifier_options if verifier else None,
+            )
+            for j, i in enumerate(indices):
+                rewards[i] = flat[j * samples : (j + 1) * samples]
+        verify_s += time.perf_counter() - t1
+        for i, problem in enumerate(chunk):
+            group_rewards = rewards[i]
+            correct = [r.status == "ok" and r.score >= success_threshold for r in group_rewards]
+            correct_counts.append(sum(correct))
+            score_sum += sum(r.score for r in group_rewards)
+            status.update(r.status for r in group_rewards)
+            tokens += sum(len(c.token_ids) for c in groups[i])
+            if keep_records:
+                records.append({
+                    "id": problem.id,
+                    "correct": sum(correct),
+                    "samples": samples,
+                    "completions": [c.text for c in groups[i]],
+                    "scores": [r.score for r in group_rewards],
+                    "status": [r.status for r in group_rewards],
+                    "extracted": [r.info.get("extracted") for r in group_rewards],
+                    "finish_reason": [c.finish_reason for c in groups[i]],
+                })
+        if progress is not None:
+            progress(len(chunk))
+    total = max(1, len(problems) * samples)
+    return EvalResult(
+        accuracy=sum(correct_counts) / total,
+        mean_score=score_sum / total,
+        pass_at_k={k: sum(pass_at_k(samples, c, k) for c in correct_counts) / max(1, len(correct_counts)) for k in ks},
+        status=status,
+        problems=len(problems),
+        samples_per_problem=samples,
+        wall_s=time.perf_counter() - start,
+        generate_s=generate_s,
+        verify_s=verify_s,
+        generated_tokens=tokens,
+        records=records,
+    )

@@ -1,0 +1,384 @@
+"""The critic-free recipe: GRPO, Dr. GRPO, DAPO, RLOO and REINFORCE++ as presets of one loop.
+
+One step, top to bottom:
+
+    sample problems -> generate G completions each -> verify -> rewards [P, G]
+    -> (reference log-probs when beta > 0; KL in the reward if asked) -> advantages
+    -> ppo_epochs x minibatches of clipped-surrogate updates (+ KL / entropy terms)
+    -> the engine serves the new weights -> log, alarms -> evaluate, checkpoint
+
+Run it with ``rlvr train CONFIG.yaml [key=value ...]`` or ``train(load_config(RunConfig, path))``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.algorithms.advantages import GROUP_ESTIMATORS
+from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss
+from rlvr.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+from rlvr.config import RunConfig, save_config
+from rlvr.engines import SamplingParams, build_engine
+from rlvr.evaluate import evaluate
+from rlvr.logprobs import completion_logprobs
+from rlvr.models import Reference, load_policy, load_tokenizer, save_final_model
+from rlvr.rollout import Batch, ProblemSampler, collate, collect_groups, sample_tensors
+from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_rng_state
+from rlvr.suites import PromptEncoder, load_eval_suites, load_training_suites
+from rlvr.tracking import Alarms, Tracker, plot_metrics
+from verifiers.runner import VerifierRunner
+
+
+def train(config: RunConfig, *, resume: bool = False) -> dict[str, Any]:
+    """Train a policy with the configured critic-free algorithm; returns the run summary."""
+    quiet_transformers()
+    run_dir = Path(config.out)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(config.train.device)
+    seed_everything(config.train.seed)
+    algo, gen, t = config.algorithm, config.generation, config.train
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if resume and checkpoint is None:
+        raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir / 'checkpoints'}")
+
+    # ---- models, engine, optimizer ----------------------------------------------------------
+    tokenizer = load_tokenizer(config.model.path)
+    policy = _load_policy(config, device, checkpoint)
+    reference = Reference(policy, needed=algo.beta > 0)
+    engine = build_engine(config.engine.name, policy, tokenizer, max_batch_size=config.engine.max_batch_size)
+    optimizer = build_optimizer(policy.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay, betas=config.optim.betas)
+    scheduler = build_scheduler(optimizer, total=t.steps, warmup=config.optim.warmup_steps,
+                                schedule=config.optim.schedule, min_ratio=config.optim.min_lr_ratio)
+    sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k)
+
+    # ---- data, verifiers, logging -----------------------------------------------------------
+    suites, weights = load_training_suites(config.data)
+    sampler = ProblemSampler(suites, weights, seed=t.seed)
+    eval_suites = load_eval_suites(config)
+    encode = PromptEncoder(tokenizer)
+    runner = VerifierRunner(workers=config.verifier.workers, timeout_s=config.verifier.timeout_s)
+    tracker = Tracker(run_dir, tensorboard=config.log.tensorboard, wandb=config.log.wandb,
+                      wandb_project=config.log.wandb_project, config=config.model_dump(mode="json"))
+    alarms = Alarms(config.log.alarm_patience)
+    start_step, wall_before, evaluations = 0, 0.0, {}
+    if checkpoint is not None:
+        state = load_trainer_state(checkpoint)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        sampler.load_state_dict(state["sampler"])
+        alarms.load_state_dict(state["alarms"])
+        set_rng_state(state["rng"])
+        start_step, wall_before, evaluations = state["step"], state["wall_s"], dict(state["evaluations"])
+        tracker.truncate(start_step)
+        print(f"resuming {run_dir} from step {start_step}")
+    else:
+        save_config(config, run_dir / "config.yaml")
+    started = time.perf_counter()
+
+    def run_evaluation(step: int) -> None:
+        metrics = _evaluate_suites(engine, encode, eval_suites, runner, config)
+        evaluations[step] = metrics
+        tracker.log(step, metrics)
+
+    if start_step == 0 and config.eval.at_start and eval_suites:
+        run_evaluation(0)
+
+    progress = _progress_bar(config, start_step)
+    try:
+        for step in range(start_step + 1, t.steps + 1):
+            step_start = time.perf_counter()
+
+            # ---- 1. rollout: problems -> groups -> rewards ------------------------------------
+            groups, rollout = collect_groups(
+                engine=engine, runner=runner, sampler=sampler, encode=encode, num_prompts=t.prompts_per_step,
+                group_size=t.group_size, sampling=sampling, verifier=config.verifier.name,
+                verifier_options=config.verifier.options, success_threshold=config.verifier.success_threshold,
+                dynamic_sampling=algo.dynamic_sampling, max_resample_rounds=algo.max_resample_rounds,
+            )
+            samples = sample_tensors(
+                groups, on_failure=config.verifier.on_failure, success_threshold=config.verifier.success_threshold,
+                overlong=algo.overlong, max_new_tokens=gen.max_new_tokens, overlong_buffer=algo.overlong_buffer,
+                overlong_penalty=algo.overlong_penalty,
+            )
+            batch = collate(groups, engine.pad_id).to(device)
+            update_start = time.perf_counter()
+
+            # ---- 2. reference, rewards -> advantages ------------------------------------------
+            scores = samples.scores
+            seq_kl = None
+            if algo.beta > 0:
+                batch.ref_logp = _reference_logprobs(reference, batch, t.micro_batch_size, gen.temperature)
+                kl_tokens = KL_ESTIMATORS[algo.kl_estimator](batch.engine_logp, batch.ref_logp) * batch.response_mask
+                seq_kl = kl_tokens.sum(dim=1).view_as(scores).cpu()
+                if algo.kl_placement == "reward":
+                    scores = scores - algo.beta * seq_kl
+            advantages = GROUP_ESTIMATORS[algo.advantage](scores, samples.valid)
+            batch.advantages = advantages.flatten().to(device)
+            keep = (samples.valid.float() * samples.loss_weight).flatten().to(device)
+            batch.response_mask = batch.response_mask * keep[:, None]
+
+            # ---- 3. policy update --------------------------------------------------------------
+            update = update_policy(policy, batch, optimizer, config)
+            scheduler.step()
+
+            # ---- 4. the engine serves the new weights ------------------------------------------
+            engine.load_weights(policy)
+            step_end = time.perf_counter()
+
+            # ---- 5. metrics, alarms ------------------------------------------------------------
+            metrics = step_metrics(groups, samples, rollout, update, seq_kl, runner)
+            metrics.update({
+                "train/lr": scheduler.get_last_lr()[0],
+                "time/generate": rollout.generate_s,
+                "time/verify": rollout.verify_s,
+                "time/update": step_end - update_start,
+                "time/step": step_end - step_start,
+                "perf/tokens_per_s": rollout.generated_tokens / max(rollout.generate_s, 1e-9),
+            })
+            for message in alarms.update(step, metrics):
+                (progress.write if progress is not None else print)(message)
+
+            # ---- 6. evaluate, checkpoint --------------------------------------------------------
+            if config.eval.every and step % config.eval.every == 0 and step != t.steps and eval_suites:
+                metrics.update(_evaluate_suites(engine, encode, eval_suites, runner, config))
+                evaluations[step] = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+            tracker.log(step, metrics)
+            if progress is not None:
+                progress.update(1)
+                progress.set_postfix(reward=f"{metrics['reward/mean']:.3f}", acc=f"{metrics['reward/accuracy']:.3f}")
+            if config.log.plot_every and step % config.log.plot_every == 0:
+                plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))
+            if (config.checkpoint.every and step % config.checkpoint.every == 0) or step == t.steps:
+                save_checkpoint(
+                    run_dir, step, model=policy, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
+                    keep=config.checkpoint.keep,
+                    extra={"sampler": sampler.state_dict(), "alarms": alarms.state_dict(),
+                           "wall_s": wall_before + time.perf_counter() - started, "evaluations": evaluations},
+                )
+    finally:
+        if progress is not None:
+            progress.close()
+        runner.close()
+
+    # ---- the end: final evaluation, model, plots, summary -----------------------------------
+    if config.eval.at_end and eval_suites and t.steps not in evaluations:
+        run_evaluation(t.steps)
+    save_final_model(policy, tokenizer, run_dir / "final")
+    plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))
+    tracker.close()
+    summary = _summary(config, evaluations, alarms, wall_before + time.perf_counter() - started)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# The update
+# ---------------------------------------------------------------------------------------------
+
+
+def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, config: RunConfig) -> dict[str, float]:
+    """``ppo_epochs`` passes of ``minibatches`` optimizer steps over ``batch``; returns mean diagnostics.
+
+    When the batch is used exactly once (one epoch, one minibatch) the policy that sampled it is the
+    policy being differentiated, so pi_old = pi_theta.detach() and no extra pass is made. Otherwise
+    pi_old comes from the engine's sampling log-probs or from one recomputing pass before any step.
+    """
+    algo, gen = config.algorithm, config.generation
+    single_pass = algo.ppo_epochs == 1 and algo.minibatches == 1
+    if not single_pass:
+        batch.old_logp = _old_logprobs(policy, batch, config)
+    n = len(batch)
+    minibatch_size = math.ceil(n / algo.minibatches)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    sums: dict[str, float] = {}
+    weight_total = 0.0
+    canary_sum = canary_weight = 0.0
+    grad_norms = []
+    first_step = True
+    for epoch in range(algo.ppo_epochs):
+        order = torch.randperm(n) if not single_pass else torch.arange(n)
+        for start in range(0, n, minibatch_size):
+            minibatch = batch.select(order[start : start + minibatch_size].to(batch.input_ids.device))
+            num_seqs, num_tokens = len(minibatch), float(minibatch.response_mask.sum())
+            optimizer.zero_grad(set_to_none=True)
+            for micro_start in range(0, len(minibatch), config.train.micro_batch_size):
+                micro = minibatch.select(torch.arange(micro_start, min(micro_start + config.train.micro_batch_size, len(minibatch))))
+                logp, entropy = completion_logprobs(
+                    policy, micro.input_ids, micro.attention_mask, micro.completion_len, gen.temperature,
+                    with_entropy=True, entropy_grad=algo.entropy_coef > 0,
+                )
+                old = logp.detach() if single_pass else micro.old_logp
+                agg = dict(num_seqs=num_seqs, num_tokens=num_tokens, max_len=gen.max_new_tokens)
+                loss, stats = policy_loss(logp, old, micro.advantages, micro.response_mask, clip_low=algo.clip_low,
+                                          clip_high=algo.clip_high, dual_clip=algo.dual_clip, agg=algo.loss_agg, **agg)
+                w = float(micro.response_mask.sum())
+                terms = {"train/pg_loss": loss.item()}
+                if micro.ref_logp is not None:
+                    kl = KL_ESTIMATORS[algo.kl_estimator](logp, micro.ref_logp)
+                    terms["train/kl_ref"] = _masked_mean(kl, micro.response_mask)
+                    if algo.kl_placement == "loss":
+                        loss = loss + algo.beta * aggregate(kl, micro.response_mask, algo.loss_agg, **agg)
+                if algo.entropy_coef > 0:
+                    loss = loss - algo.entropy_coef * aggregate(entropy, micro.response_mask, algo.loss_agg, **agg)
+                loss.backward()
+                terms.update({
+                    "train/loss": loss.item(),
+                    "train/entropy": _masked_mean(entropy, micro.response_mask),
+                    "train/clip_frac_low": stats.clip_frac_low,
+                    "train/clip_frac_high": stats.clip_frac_high,
+                    "train/dual_clip_frac": stats.dual_clip_frac,
+                    "train/ratio_mean": stats.ratio_mean,
+                    "train/approx_kl_old": stats.approx_kl,
+                })
+                if first_step:  # before any step: the engine's log-probs must equal ours (sync canary)
+                    canary_sum += float(((logp.detach() - micro.engine_logp).abs() * micro.response_mask).sum())
+                    canary_weight += w
+                for key, value in terms.items():
+                    sums[key] = sums.get(key, 0.0) + value * w
+                weight_total += w
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip)))
+            optimizer.step()
+            first_step = False
+    out = {key: value / max(weight_total, 1e-9) for key, value in sums.items()}
+    if canary_weight:
+        out["sync/logprob_abs_diff"] = canary_sum / canary_weight
+    out["train/grad_norm"] = sum(grad_norms) / len(grad_norms)
+    out["train/optimizer_steps"] = float(len(grad_norms))
+    return out
+
+
+def _old_logprobs(policy, batch: Batch, config: RunConfig) -> torch.Tensor:
+    source = config.algorithm.old_logprobs
+    if source == "auto":
+        source = "engine" if config.engine.name == "hf" and config.model.dtype == "float32" else "recompute"
+    if source == "engine":
+        return batch.engine_logp
+    return _no_grad_logprobs(policy, batch, config.train.micro_batch_size, config.generation.temperature)
+
+
+@torch.no_grad()
+def _no_grad_logprobs(model, batch: Batch, micro_batch_size: int, temperature: float) -> torch.Tensor:
+    parts = []
+    for start in range(0, len(batch), micro_batch_size):
+        end = min(start + micro_batch_size, len(batch))
+        logp, _ = completion_logprobs(model, batch.input_ids[start:end], batch.attention_mask[start:end],
+                                      batch.completion_len, temperature)
+        parts.append(logp)
+    return torch.cat(parts)
+
+
+def _reference_logprobs(reference: Reference, batch: Batch, micro_batch_size: int, temperature: float) -> torch.Tensor:
+    with reference.model() as ref_model:
+        return _no_grad_logprobs(ref_model, batch, micro_batch_size, temperature)
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((values * mask).sum() / mask.sum().clamp(min=1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics, evaluation, the end of a run
+# ---------------------------------------------------------------------------------------------
+
+
+def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, runner: VerifierRunner) -> dict[str, float]:
+    """Everything one step logs (see the namespaces in ``rlvr/tracking.py``)."""
+    raw, valid = samples.raw_scores, samples.valid
+    lengths = samples.lengths.float()
+    rewards = [r for g in groups for r in g.rewards]
+    n = max(1, len(rewards))
+    metrics: dict[str, float] = {
+        "reward/mean": float(raw[valid].mean()) if valid.any() else 0.0,
+        "reward/std": float(raw[valid].std()) if valid.sum() > 1 else 0.0,
+        "reward/accuracy": float(samples.correct.float().mean()),
+        "reward/shaped_mean": float(samples.scores[valid].mean()) if valid.any() else 0.0,
+        "response/length_mean": float(lengths.mean()),
+        "response/length_max": float(lengths.max()),
+        "response/truncation_rate": float(samples.truncated.float().mean()),
+        "rollout/zero_variance_frac": rollout.zero_variance_groups / max(1, rollout.groups_seen),
+        "rollout/dropped_groups": float(rollout.dropped_groups),
+        "rollout/rounds": float(rollout.rounds),
+        "verify/masked_frac": float((~valid).float().mean()),
+        "verify/latency_p50_ms": 1e3 * sorted(r.latency_s for r in rewards)[len(rewards) // 2] if rewards else 0.0,
+        "verify/latency_max_ms": 1e3 * max((r.latency_s for r in rewards), default=0.0),
+    }
+    for status, count in rollout.status.items():
+        metrics[f"verify/status_{status}"] = float(count)
+    reporting = [r for r in rewards if "extracted" in r.info]
+    if reporting:
+        metrics["verify/no_answer_frac"] = sum(r.info["extracted"] is None for r in reporting) / len(reporting)
+    components: dict[str, list[float]] = {}
+    for r in rewards:
+        for name, value in r.components.items():
+            components.setdefault(name, []).append(value)
+    for name, values in components.items():
+        metrics[f"reward/{name}"] = sum(values) / len(values)
+    suites = sorted({g.suite for g in groups})
+    if len(suites) > 1:
+        for suite in suites:
+            rows = [i for i, g in enumerate(groups) if g.suite == suite]
+            metrics[f"reward/{suite}/accuracy"] = float(samples.correct[rows].float().mean())
+    if seq_kl is not None:
+        metrics["reward/kl_seq_mean"] = float(seq_kl.mean())
+    metrics.update(update)
+    return metrics
+
+
+def _evaluate_suites(engine, encode, eval_suites, runner, config: RunConfig) -> dict[str, float]:
+    sampling = SamplingParams(
+        max_new_tokens=config.eval.max_new_tokens or config.generation.max_new_tokens,
+        temperature=config.generation.temperature, top_p=config.generation.top_p, top_k=config.generation.top_k,
+        greedy=config.eval.greedy,
+    )
+    metrics: dict[str, float] = {}
+    accuracies = []
+    for name, problems in eval_suites.items():
+        result = evaluate(engine, encode, problems, runner, sampling=sampling, samples=config.eval.samples,
+                          ks=(1,), verifier=config.verifier.name, verifier_options=config.verifier.options,
+                          success_threshold=config.verifier.success_threshold)
+        metrics[f"eval/{name}/accuracy"] = result.accuracy
+        metrics[f"eval/{name}/mean_score"] = result.mean_score
+        accuracies.append(result.accuracy)
+    metrics["eval/accuracy"] = sum(accuracies) / len(accuracies)
+    return metrics
+
+
+def _progress_bar(config: RunConfig, start_step: int):
+    if not config.log.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=config.train.steps, initial=start_step, desc=f"{config.algorithm.preset} steps", dynamic_ncols=True)
+
+
+def _load_policy(config: RunConfig, device: torch.device, checkpoint: Path | None):
+    lora = config.model.lora.model_dump() if config.model.lora is not None else None
+    if checkpoint is None:
+        path, adapter = config.model.path, None
+    elif lora is None:
+        path, adapter = checkpoint / "model", None
+    else:
+        path, adapter = config.model.path, checkpoint / "model"
+    return load_policy(path, dtype=config.model.dtype, device=str(device), lora=lora,
+                       gradient_checkpointing=config.model.gradient_checkpointing, adapter_path=adapter)
+
+
+def _summary(config: RunConfig, evaluations: dict, alarms: Alarms, wall_s: float) -> dict[str, Any]:
+    steps_done = sorted(evaluations)
+    before = evaluations.get(0, {}).get("eval/accuracy")
+    after = evaluations[steps_done[-1]].get("eval/accuracy") if steps_done and steps_done[-1] > 0 else None
+    return {
+        "algorithm": config.algorithm.preset,
+        "steps": config.train.steps,
+        "accuracy_before": before,
+        "accuracy_after": after,
+        "wall_s": wall_s,
+        "evaluations": {str(k): v for k, v in evaluations.items()},
+        "alarms": [{"step": s, "alarm": a} for s, a in alarms.fired],
+    }

@@ -1,0 +1,187 @@
+"""Model builders: the policy (full or LoRA, decided here once), the reference, and the tiny model.
+
+The reference policy is what the KL term compares against:
+  * LoRA policy: the same network with its adapters switched off (no second copy in memory);
+  * full fine-tuning: a frozen copy, made only when beta > 0 (no copy, no pass otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import string
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(DTYPES)}") from None
+
+
+def load_tokenizer(path: str | Path):
+    """The model's tokenizer, with a pad token (falling back to EOS) and left padding for generation."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_policy(
+    path: str | Path,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    lora: dict[str, Any] | None = None,
+    gradient_checkpointing: bool = False,
+    adapter_path: str | Path | None = None,
+):
+    """The trainable policy: all weights, or LoRA adapters when ``lora`` is given.
+
+    ``lora`` holds peft ``LoraConfig`` fields (``r``, ``alpha``, ``dropout``, ``target_modules``).
+    ``adapter_path`` reloads saved adapters (resume).
+    """
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype)).to(device)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if lora is not None:
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if adapter_path is not None:
+            model = PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True)
+        else:
+            config = LoraConfig(
+                r=lora["r"],
+                lora_alpha=lora["alpha"],
+                lora_dropout=lora["dropout"],
+                target_modules=lora["target_modules"],
+                task_type="CAUSAL_LM",
+            )
+            model = get_peft_model(model, config)
+    model.train()
+    return model
+
+
+def is_lora(model) -> bool:
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+class Reference:
+    """Log-probabilities under the reference policy, without a second model when LoRA allows it."""
+
+    def __init__(self, policy, *, needed: bool):
+        self.needed = needed
+        self._frozen = None
+        if needed and not is_lora(policy):
+            self._frozen = copy.deepcopy(policy).eval().requires_grad_(False)
+        self._policy = policy
+
+    @contextlib.contextmanager
+    def model(self) -> Iterator[Any]:
+        """The network that computes reference log-probabilities, valid inside the ``with``."""
+        if not self.needed:
+            raise RuntimeError("no reference model: beta is 0")
+        if self._frozen is not None:
+            yield self._frozen
+        else:
+            with self._policy.disable_adapter():
+                yield self._policy
+
+
+def save_final_model(model, tokenizer, out: str | Path) -> Path:
+    """Save a standalone Hugging Face folder any later path loads like a hub model. A LoRA policy
+    is saved twice: its adapters under ``adapter/`` and a merged copy at the top (merged from a
+    deep copy, so the live model keeps its adapters)."""
+    out = Path(out)
+    if is_lora(model):
+        model.save_pretrained(out / "adapter")
+        copy.deepcopy(model).merge_and_unload().save_pretrained(out)
+    else:
+        model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def trainable_parameters(model) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+# ---------------------------------------------------------------------------------------------
+# The tiny model the quickstart and the tests build locally (no hub download works here)
+# ---------------------------------------------------------------------------------------------
+
+TINY_SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+# Every printable ASCII character is a token, so any prompt text can be read (unknown ones -> <unk>).
+TINY_CHARS = [c for c in string.printable if c not in "\r\x0b\x0c"]
+TINY_CHAT_TEMPLATE = "{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}"
+
+
+def build_char_tokenizer():
+    """A character-level tokenizer with a minimal chat template (message contents after BOS)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(TINY_SPECIAL_TOKENS + TINY_CHARS)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # one token per character
+    backend.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"
+    )
+    tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def build_tiny_model(
+    out_dir: str | Path,
+    *,
+    hidden_size: int = 128,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    intermediate_size: int = 512,
+    max_positions: int = 256,
+    seed: int = 0,
+) -> Path:
+    """Build a randomly initialised Llama-architecture causal LM with a character tokenizer and save
+    it with ``save_pretrained``, so every later path loads it like a hub model.
+
+    The Llama architecture matters: with transformers 5 a custom tokenizer saved beside a ``qwen2``
+    config is replaced by the Qwen2 tokenizer on reload. Defaults give ~0.5M parameters.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out_dir = Path(out_dir)
+    tokenizer = build_char_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir

@@ -1,0 +1,66 @@
+"""Task suites as the trainer uses them: loaded from config, prompts encoded once per problem."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from rlvr.chat import encode_prompts
+from tasks import get_task
+from tasks.base import Problem
+
+
+class PromptEncoder:
+    """Problem -> prompt token ids (chat template applied), cached so each prompt is tokenised once."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self._cache: dict[tuple, list[int]] = {}
+
+    def __call__(self, problem: Problem) -> list[int]:
+        key = tuple((m.get("role", ""), m["content"]) for m in problem.prompt)
+        ids = self._cache.get(key)
+        if ids is None:
+            ids = self._cache[key] = encode_prompts(self.tokenizer, [problem.prompt])[0]
+        return ids
+
+
+def load_suite(task: str, *, path: str | None, split: str, options: dict[str, Any], limit: int | None) -> list[Problem]:
+    problems = list(get_task(task, path=path, split=split, **options))
+    if limit is not None:
+        problems = problems[:limit]
+    if not problems:
+        raise ValueError(f"task {task!r} (split {split!r}) holds no problems")
+    return problems
+
+
+def suite_name(task: str, names: Sequence[str]) -> str:
+    """A unique name for metrics: the task name, suffixed when a task appears twice."""
+    name, k = task, 2
+    while name in names:
+        name, k = f"{task}_{k}", k + 1
+    return name
+
+
+def load_training_suites(data) -> tuple[dict[str, list[Problem]], dict[str, float]]:
+    """``({name: problems}, {name: sampling weight})`` for the ``data`` list of a run config."""
+    suites: dict[str, list[Problem]] = {}
+    weights: dict[str, float] = {}
+    for entry in data:
+        name = suite_name(entry.task, list(suites))
+        suites[name] = load_suite(entry.task, path=entry.path, split=entry.split, options=entry.options, limit=entry.limit)
+        weights[name] = entry.weight
+    return suites, weights
+
+
+def load_eval_suites(config) -> dict[str, list[Problem]]:
+    """Held-out suites of a run config: ``eval.tasks``, or else the first training suite's ``test`` split."""
+    if not (config.eval.at_start or config.eval.at_end or config.eval.every):
+        return {}
+    entries = config.eval.tasks or [config.data[0].model_copy(update={"split": "test", "limit": None})]
+    suites: dict[str, list[Problem]] = {}
+    for entry in entries:
+        limit = min(entry.limit or config.eval.limit, config.eval.limit)
+        suites[suite_name(entry.task, list(suites))] = load_suite(
+            entry.task, path=entry.path, split=entry.split, options=entry.options, limit=limit
+        )
+    return suites

@@ -1,0 +1,186 @@
+"""Metrics out of the loop: ``metrics.jsonl``, plots, optional tensorboard/wandb, and alarms.
+
+Metric names are namespaced: ``reward/``, ``verify/``, ``train/``, ``response/``, ``sync/``,
+``time/``, ``perf/``, ``rollout/``, ``eval/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+PLOT_PANELS = [
+    ("reward", ["reward/mean"]),
+    ("accuracy", ["reward/accuracy", "eval/accuracy"]),
+    ("KL to reference", ["train/kl_ref"]),
+    ("entropy", ["train/entropy"]),
+    ("response length", ["response/length_mean", "response/length_max"]),
+    ("clip fraction", ["train/clip_frac_low", "train/clip_frac_high"]),
+]
+
+
+class Tracker:
+    """Appends one JSON line per logged step and forwards to tensorboard/wandb when asked for.
+
+    The file is flushed every step, so nothing logged is lost on a crash. ``truncate(step)`` drops
+    lines after a checkpoint's step before a resumed run continues.
+    """
+
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = False, wandb: bool = False,
+                 wandb_project: str = "rlvr", config: dict | None = None, filename: str = "metrics.jsonl"):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / filename
+        self._file = self.path.open("a")
+        self._tb = self._wandb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+            except ImportError:
+                warnings.warn("log.tensorboard is set but tensorboard is not installed (pip install tensorboard)")
+        if wandb:
+            try:
+                import wandb as wandb_module
+
+                self._wandb = wandb_module.init(project=wandb_project, dir=str(self.run_dir), config=config or {})
+            except ImportError:
+                warnings.warn("log.wandb is set but wandb is not installed (pip install wandb)")
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        record = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        numeric = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
+        if self._tb is not None:
+            for key, value in numeric.items():
+                self._tb.add_scalar(key, value, step)
+        if self._wandb is not None:
+            self._wandb.log(numeric, step=step)
+
+    def truncate(self, step: int) -> None:
+        """Keep only records up to ``step`` (inclusive): the state a checkpoint was saved in."""
+        self._file.close()
+        kept = [line for line in read_metrics(self.path) if line.get("step", 0) <= step]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        tmp.replace(self.path)
+        self._file = self.path.open("a")
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Records of a ``metrics.jsonl`` (a torn last line from a crash is skipped)."""
+    records = []
+    path = Path(path)
+    if not path.exists():
+        return records
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "") -> Path | None:
+    """Draw the standard panels (reward, accuracy, KL, entropy, length, clipping) per step to a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(metrics_path)
+    if not records:
+        return None
+    fig, axes = plt.subplots(2, 3, figsize=(14, 7))
+    for ax, (name, keys) in zip(axes.flat, PLOT_PANELS):
+        drawn = False
+        for key in keys:
+            points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+            if points:
+                xs, ys = zip(*points)
+                style = "o-" if key.startswith("eval/") else "-"
+                ax.plot(xs, ys, style, label=key, linewidth=1, markersize=4)
+                drawn = True
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        if drawn:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "not measured\n(e.g. beta = 0: no reference)" if "KL" in name else "not measured",
+                    ha="center", va="center", transform=ax.transAxes, color="gray")
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out_png = Path(out_png)
+    tmp = out_png.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    tmp.replace(out_png)
+    return out_png
+
+
+class Alarms:
+    """Warns when training is silently not learning, after ``patience`` consecutive bad steps.
+
+    Conditions (fractions of this step's groups or completions):
+      zero_variance   >= 90% of groups have the same accuracy for every sample (no signal)
+      truncation      >= 50% of completions hit max_new_tokens
+      no_extraction   >= 90% of completions had no answer the verifier could extract
+    """
+
+    THRESHOLDS = {
+        "zero_variance": ("rollout/zero_variance_frac", 0.9,
+                          "almost every group is all-right or all-wrong: no learning signal (make the task easier/harder, raise group_size)"),
+        "truncation": ("response/truncation_rate", 0.5,
+                       "most completions are cut off at max_new_tokens (raise generation.max_new_tokens)"),
+        "no_extraction": ("verify/no_answer_frac", 0.9,
+                          "the verifier finds no answer in almost every completion (check the prompt's answer format)"),
+    }
+
+    def __init__(self, patience: int = 5):
+        self.patience = patience
+        self.streak = {name: 0 for name in self.THRESHOLDS}
+        self.fired: list[tuple[int, str]] = []
+
+    def update(self, step: int, metrics: dict[str, Any]) -> list[str]:
+        """New alarm messages for this step (each fires once per streak)."""
+        messages = []
+        for name, (key, threshold, advice) in self.THRESHOLDS.items():
+            value = metrics.get(key)
+            if isinstance(value, (int, float)) and value >= threshold:
+                self.streak[name] += 1
+                if self.streak[name] == self.patience:
+                    message = f"ALARM {name} at step {step}: {key}={value:.2f} for {self.patience} steps; {advice}"
+                    messages.append(message)
+                    self.fired.append((step, name))
+            else:
+                self.streak[name] = 0
+        return messages
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"streak": dict(self.streak), "fired": list(self.fired)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.streak.update(state["streak"])
+        self.fired = [tuple(x) for x in state["fired"]]
