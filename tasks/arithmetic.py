@@ -22,6 +22,7 @@ from tasks.registry import register_task
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}  # percent of hash space
 _STYLES = ("bare", "instruct")
+_ENUMERATE_LIMIT = 20_000  # problem spaces up to this size are listed rather than sampled
 
 
 def split_of(a: int, op: str, b: int) -> str:
@@ -68,12 +69,15 @@ class Arithmetic:
         if max_digits < 1:
             raise ValueError("arithmetic: max_digits must be >= 1")
         self.split, self.seed, self.max_digits, self.ops, self.style = split, seed, max_digits, ops, style
+        self._explicit_n = n is not None
         self.n = n if n is not None else (10_000 if split == "train" else 500)
         self._problems = self._draw()
 
     def _draw(self) -> list[Problem]:
         rng = random.Random(f"arithmetic/{self.seed}/{self.split}")
         hi = 10**self.max_digits - 1
+        if (hi + 1) ** 2 * len(self.ops) <= _ENUMERATE_LIMIT:
+            return self._draw_from_enumeration(rng, hi)
         seen: set[tuple[int, str, int]] = set()
         problems: list[Problem] = []
         attempts = 0
@@ -90,6 +94,20 @@ class Arithmetic:
                 seen.add((a, op, b))
             problems.append(self._problem(len(problems), a, op, b))
         return problems
+
+    def _draw_from_enumeration(self, rng: random.Random, hi: int) -> list[Problem]:
+        """Small problem spaces: list the split's problems and draw from them. A held-out split
+        without an explicit ``n`` holds all of them when there are fewer than the default."""
+        pool = [(a, op, b) for op in self.ops for a in range(hi + 1) for b in range(hi + 1) if split_of(a, op, b) == self.split]
+        if self.split == "train":
+            drawn = [rng.choice(pool) for _ in range(self.n)]
+        else:
+            if self.n > len(pool) and self._explicit_n:
+                raise ValueError(f"arithmetic: only {len(pool)} distinct {self.split} problems exist with "
+                                 f"max_digits={self.max_digits} and ops={self.ops!r}; asked for n={self.n}")
+            rng.shuffle(pool)
+            drawn = pool[: self.n]
+        return [self._problem(i, a, op, b) for i, (a, op, b) in enumerate(drawn)]
 
     def _problem(self, index: int, a: int, op: str, b: int) -> Problem:
         answer = str(_OPS[op](a, b))
