@@ -11,5 +11,6 @@ from verifiers.registry import get_verifier, list_verifiers, register_verifier
 
 # Built-in verifiers register themselves on import.
 from verifiers import numeric as _numeric  # noqa: E402,F401
+from verifiers import math as _math  # noqa: E402,F401
 
 __all__ = ["Reward", "STATUSES", "Verifier", "get_verifier", "list_verifiers", "register_verifier"]

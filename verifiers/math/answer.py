@@ -1,0 +1,405 @@
+"""The shape of an answer: a value, a tuple, a set, an interval, a matrix, an equation, a letter.
+
+:func:`parse_answer` turns one answer string (gold or extracted) into a small typed object, so that
+:mod:`verifiers.math.equivalence` can compare like with like: ``(1, 2)`` is an ordered pair,
+``\\{1, 2\\}`` and ``1, 2`` are collections whose order does not matter, ``(3, 4]`` is an interval,
+``1 \\pm \\sqrt{19}`` is the pair of its two values, ``x = 5`` is an equation whose right side may be
+compared with ``5``, ``\\text{(C)}`` is a multiple-choice letter and ``\\text{Evelyn}`` is a word.
+
+Anything the structural parser cannot read becomes :class:`Unparsed`, which the comparison hands
+to sympy (via math-verify) instead of guessing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Union
+
+from verifiers.math.expr import Expr, ParseError, parse_expr
+from verifiers.math.normalize import normalize
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """One expression (number, or a formula in variables); ``percent`` if written with ``%``."""
+
+    expr: Expr
+    percent: bool = False
+
+
+@dataclass(frozen=True)
+class Infinity:
+    sign: int  # +1 or -1
+
+
+@dataclass(frozen=True)
+class Seq:
+    """Several values. ``kind``: ``tuple`` (ordered, in parentheses), ``set`` (``\\{...\\}``),
+    ``list`` (bare commas: the order of listed solutions does not matter) or ``pm`` (from ``\\pm``)."""
+
+    items: tuple
+    kind: str
+
+
+@dataclass(frozen=True)
+class Interval:
+    lo: object
+    hi: object
+    lo_closed: bool
+    hi_closed: bool
+
+
+@dataclass(frozen=True)
+class Union_:
+    """A union of intervals or sets (``\\cup``); the order of the parts does not matter."""
+
+    items: tuple
+
+
+@dataclass(frozen=True)
+class Matrix:
+    rows: tuple  # tuple of tuples of answers
+
+
+@dataclass(frozen=True)
+class Relation:
+    """``lhs op rhs`` with op one of ``= != < <= > >=``."""
+
+    lhs: object
+    op: str
+    rhs: object
+
+
+@dataclass(frozen=True)
+class Choice:
+    letter: str
+
+
+@dataclass(frozen=True)
+class Text:
+    """A word answer (``Evelyn``, ``east``, ``even``), compared case- and punctuation-insensitively."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Unparsed:
+    """Not readable here; ``text`` is the normalised string for the sympy fallback."""
+
+    text: str
+    reason: str = ""
+
+
+Answer = Union[Scalar, Infinity, Seq, Interval, Union_, Matrix, Relation, Choice, Text, Unparsed]
+
+_MATRIX_RE = re.compile(r"^\\begin\{([pbBvV]?matrix|array|smallmatrix)\}(?:\{[lcr|\s]*\})?(.*)\\end\{\1\}$", re.S)
+_INF_RE = re.compile(r"^([-+]?)\s*(?:\\infty|infinity|inf|oo)$", re.I)
+_IN_RE = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*\\in\s*")
+_CHOICE_RE = re.compile(r"^\(?\s*([A-J])\s*\)?$")
+_SCALE_WORDS = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+_SCALE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(thousand|million|billion|trillion)\b", re.I)
+_NUMBER_WORDS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_UNIT_CHARS_RE = re.compile(r"\^\s*\{?\s*-?\d+\s*\}?|\\mu|\\AA|\\odot|[/\s{}.*~\-]|\bper\b")
+_RELATION_RE = re.compile(r"<=|>=|!=|=|<|>")
+_WORDY_RE = re.compile(r"[A-Za-z]{3,}")
+MAX_ITEMS = 64
+
+
+def parse_answer(raw: str, *, numeric_gold: bool = False) -> Answer:
+    """Parse one answer string. ``numeric_gold`` (the gold is a plain number) lets ``1,234`` be a
+    number and strips trailing units more aggressively (``5 m`` -> ``5``).
+
+    Raises :class:`verifiers.math.expr.TooLarge` for input that would be unbounded to evaluate.
+    """
+    norm = normalize(raw)
+    return _parse(norm.text, norm.percent, numeric_gold, depth=0)
+
+
+def _parse(s: str, percent: bool, numeric_gold: bool, depth: int) -> Answer:
+    s = s.strip()
+    if depth > 8:
+        return Unparsed(s, "nested too deeply")
+    if not s:
+        return Unparsed("", "empty")
+    s = _IN_RE.sub("", s)
+    sub = lambda t: _parse(t, percent, numeric_gold, depth + 1)  # noqa: E731
+
+    m = _MATRIX_RE.match(s)
+    if m:
+        return _matrix(m.group(2), sub)
+    m = _INF_RE.match(s)
+    if m:
+        return Infinity(-1 if m.group(1) == "-" else 1)
+    if s in ("\\emptyset", "\\varnothing", "\\{\\}", "\\{ \\}"):
+        return Seq((), "set")
+
+    parts = split_top(s, ("\\cup",))
+    if len(parts) > 1:
+        return Union_(tuple(sub(p) for p in parts))
+
+    if _THOUSANDS_RE.match(s):
+        return _scalar(s.replace(",", ""), percent, numeric_gold)
+
+    parts = split_top(s, (",", ";", " and ", "\\text{and}"))
+    if len(parts) > 1:
+        return _comma_list(parts, sub)
+
+    rel = _relation(s, sub)
+    if rel is not None:
+        return rel
+
+    enclosed = _enclosure(s, sub)
+    if enclosed is not None:
+        return enclosed
+
+    if "\\pm" in s or "\\mp" in s:
+        pm = s.replace("\\mp", "\\pm")
+        plus, minus = pm.replace("\\pm", "+", 1), pm.replace("\\pm", "-", 1)
+        return Seq((sub(plus), sub(minus)), "pm")
+
+    m = _CHOICE_RE.match(s)
+    if m and (s.startswith("(") or len(s) == 1):
+        return Choice(m.group(1))
+    return _scalar(s, percent, numeric_gold)
+
+
+def _scalar(s: str, percent: bool, numeric_gold: bool) -> Answer:
+    s = _SCALE_RE.sub(lambda m: f"({m.group(1)}*10^{_SCALE_WORDS[m.group(2).lower()]})", s)
+    word = s.strip().lower()
+    if word in _NUMBER_WORDS:
+        s = str(_NUMBER_WORDS[word])
+    try:
+        expr = parse_expr(s)
+    except ParseError as exc:
+        stripped = strip_units(s, aggressive=numeric_gold)
+        if stripped is not None:
+            return _scalar(stripped, percent, numeric_gold)
+        if _WORDY_RE.search(s) and "\\" not in s.replace("\\text", ""):
+            return Text(_text_key(s))
+        return Unparsed(s, str(exc))
+    if numeric_gold and expr.variables:
+        stripped = strip_units(s, aggressive=True)
+        if stripped is not None:
+            return _scalar(stripped, percent, numeric_gold)
+    return Scalar(expr, percent)
+
+
+def strip_units(s: str, *, aggressive: bool) -> str | None:
+    """``"864 inches^2"`` -> ``"864"``: drop a tail of unit words after a numeric head.
+
+    The tail is taken word by word from the end while each word is unit-like (letters, with an
+    optional ``^2`` / ``^{-1}``, ``/``, ``per``). Without ``aggressive`` the tail must hold a word of
+    two or more letters (so ``p - q`` and ``5 r`` keep their variables); with it (the gold is a
+    plain number) single letters go too (``5 m``).
+    """
+    words = s.strip().split(" ")
+    tail: list[str] = []
+    while len(words) > 1:
+        cleaned = _UNIT_CHARS_RE.sub(" ", words[-1]).split()
+        if words[-1] in ("/", "*", "per") or (cleaned and all(w.isalpha() for w in cleaned)):
+            tail.extend(cleaned)
+            words.pop()
+        else:
+            break
+    head = " ".join(words).rstrip(" /*")
+    if not tail or not head or not re.search(r"\d", head) or not re.search(r"[\d})\]]$|\\pi$", head):
+        return None
+    if not aggressive and not any(len(w) >= 2 for w in tail):
+        return None
+    return head
+
+
+def _text_key(s: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "", s.lower())
+
+
+def _matrix(body: str, sub) -> Answer:
+    rows = [r for r in re.split(r"\\\\", body) if r.strip()]
+    if not rows or len(rows) > MAX_ITEMS:
+        return Unparsed(body, "bad matrix")
+    cells = [[c for c in row.split("&")] for row in rows]
+    if any(len(r) != len(cells[0]) for r in cells) or len(cells[0]) > MAX_ITEMS:
+        return Unparsed(body, "ragged matrix")
+    return Matrix(tuple(tuple(sub(c) for c in row) for row in cells))
+
+
+def _comma_list(parts: list[str], sub) -> Answer:
+    if len(parts) > MAX_ITEMS:
+        return Unparsed(",".join(parts), "too many items")
+    # "x = 1, 2" is one equation whose right side lists values; "x=1, y=2" is a list of equations.
+    first_rel = _RELATION_RE.search(parts[0])
+    if first_rel and first_rel.group(0) == "=" and not any("=" in p for p in parts[1:]):
+        lhs, _, rhs = parts[0].partition("=")
+        if lhs.strip() and rhs.strip():
+            return Relation(sub(lhs), "=", Seq(tuple(sub(p) for p in [rhs, *parts[1:]]), "list"))
+    return Seq(tuple(_flatten_pm(sub(p) for p in parts)), "list")
+
+
+def _flatten_pm(items) -> list:
+    out = []
+    for item in items:
+        out.extend(item.items if isinstance(item, Seq) and item.kind == "pm" else [item])
+    return out
+
+
+def _relation(s: str, sub) -> Answer | None:
+    pieces = split_top_relations(s)
+    if len(pieces) == 1:
+        return None
+    sides = pieces[0::2]
+    ops = pieces[1::2]
+    if any(not side.strip() for side in sides):
+        return Unparsed(s, "dangling relation")
+    if len(ops) == 1:
+        lhs, op, rhs = sub(sides[0]), ops[0], sub(sides[1])
+        interval = _half_line(lhs, op, rhs)
+        return interval if interval is not None else Relation(lhs, op, rhs)
+    if len(ops) == 2 and all(o in ("<", "<=") for o in ops):  # a < x <= b
+        return Interval(sub(sides[0]), sub(sides[2]), ops[0] == "<=", ops[1] == "<=")
+    if len(ops) == 2 and all(o in (">", ">=") for o in ops):  # b > x >= a
+        return Interval(sub(sides[2]), sub(sides[0]), ops[1] == ">=", ops[0] == ">=")
+    if all(o == "=" for o in ops):  # a = b = c: the last member is the value
+        return Relation(sub(sides[-2]), "=", sub(sides[-1]))
+    return Unparsed(s, "mixed relations")
+
+
+def _half_line(lhs: Answer, op: str, rhs: Answer) -> Interval | None:
+    """``x > 3`` -> ``(3, oo)``; ``x <= -1`` -> ``(-oo, -1]``; ``3 < x`` -> ``(3, oo)``."""
+    if op in ("=", "!="):
+        return None
+    var_left = _is_variable(lhs)
+    if not var_left and not _is_variable(rhs):
+        return None
+    bound = rhs if var_left else lhs
+    upper = (op in ("<", "<=")) == var_left  # x < b: b is an upper bound; b < x: b is a lower bound
+    closed = op in ("<=", ">=")
+    if upper:
+        return Interval(Infinity(-1), bound, False, closed)
+    return Interval(bound, Infinity(1), closed, False)
+
+
+def _is_variable(a: Answer) -> bool:
+    return isinstance(a, Scalar) and a.expr.tree[0] == "var"
+
+
+def _enclosure(s: str, sub) -> Answer | None:
+    if s.startswith("\\{") and s.endswith("\\}") and _closes_at_end(s, 1):
+        inner = s[2:-2]
+        items = split_top(inner, (",", ";")) if inner.strip() else []
+        return Seq(tuple(_flatten_pm(sub(p) for p in items)), "set")
+    if len(s) < 2 or s[0] not in "([" or s[-1] not in ")]" or not _closes_at_end(s, 0):
+        return None
+    inner = s[1:-1]
+    items = split_top(inner, (",", ";"))
+    if len(items) == 1:
+        if s[0] == "(" and s[-1] == ")":
+            return sub(inner)
+        return None
+    if len(items) > MAX_ITEMS:
+        return Unparsed(s, "too many items")
+    parsed = [sub(p) for p in items]
+    if len(parsed) == 2 and (s[0] != "(" or s[-1] != ")" or any(isinstance(p, Infinity) for p in parsed)):
+        return Interval(parsed[0], parsed[1], s[0] == "[", s[-1] == "]")
+    if s[0] == "(" and s[-1] == ")":
+        return Seq(tuple(parsed), "tuple")
+    return Seq(tuple(parsed), "tuple")  # [a, b, c]: a vector written with brackets
+
+
+def _closes_at_end(s: str, open_index: int) -> bool:
+    """True when the bracket opened at ``open_index`` is closed by the last character of ``s``."""
+    depth = 0
+    i = open_index
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s) and s[i + 1] in "{}":
+            c = s[i + 1]
+            i += 1
+            if c == "{":
+                depth += 1
+            else:
+                depth -= 1
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        if depth == 0:
+            return i == len(s) - 1
+        i += 1
+    return False
+
+
+def split_top(s: str, separators: tuple[str, ...]) -> list[str]:
+    """Split ``s`` on any of ``separators`` where no bracket is open.
+
+    Interval brackets do not pair up (``(3, 4]``), so any of ``( [ {`` opens and any of ``) ] }``
+    closes; an unbalanced string is returned whole.
+    """
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    i = 0
+    n = len(s)
+    while i < n:
+        c = s[i]
+        if c == "\\" and i + 1 < n:
+            if s.startswith("\\begin", i):
+                depth += 1
+            elif s.startswith("\\end", i):
+                depth -= 1
+            elif s[i + 1] in "{}":
+                depth += 1 if s[i + 1] == "{" else -1
+                i += 2
+                continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth < 0:
+                return [s]
+        elif depth == 0:
+            for sep in separators:
+                if s.startswith(sep, i):
+                    parts.append(s[start:i])
+                    i += len(sep)
+                    start = i
+                    break
+            else:
+                i += 1
+                continue
+            continue
+        i += 1
+    if depth != 0:
+        return [s]
+    parts.append(s[start:])
+    return [p for p in (p.strip() for p in parts)] if len(parts) > 1 else [s]
+
+
+def split_top_relations(s: str) -> list[str]:
+    """``"a < x <= b"`` -> ``["a", "<", "x", "<=", "b"]``, splitting only outside brackets."""
+    out: list[str] = []
+    depth = 0
+    start = 0
+    i = 0
+    n = len(s)
+    while i < n:
+        c = s[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif depth == 0 and c in "<>=!":
+            op = s[i: i + 2] if s[i: i + 2] in ("<=", ">=", "!=") else c
+            if op == "!":
+                i += 1
+                continue
+            out.extend([s[start:i], op])
+            i += len(op)
+            start = i
+            continue
+        i += 1
+    out.append(s[start:])
+    return out

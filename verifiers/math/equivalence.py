@@ -1,0 +1,263 @@
+"""Is the extracted answer the gold answer? Cheap exact/numeric comparison first, sympy last.
+
+Rules, by the shape of the gold (see :mod:`verifiers.math.answer`):
+
+* **numbers** compare *exactly* while both sides are rational and written without decimals
+  (``\\frac{3}{2} == 1.5`` is exact too, since ``1.5`` is read as ``3/2``); when a decimal literal
+  or an irrational value is involved they compare with a *relative* tolerance::
+
+      equal  <=>  |a - b| <= tol * max(|a|, |b|)     (tol = ``rel_tol`` with decimals, 1e-9 otherwise)
+
+  so ``2^{-98}`` and ``2^{-99}`` differ (an absolute tolerance would call them equal).
+* **percent**: ``50\\%`` matches ``50`` and ``0.5``.
+* **formulas in variables** must use the same variables and agree at four fixed points
+  (polynomial-identity testing: two different rational functions agree on random points with
+  probability ~0); this is how ``(a+5)(b+2)`` equals ``ab+2a+5b+10`` without sympy.
+* **tuples** ``(a, b)`` compare in order; **sets** ``\\{a, b\\}``, bare lists ``a, b`` and ``\\pm``
+  pairs compare as multisets; an open interval ``(a, b)`` and the pair ``(a, b)`` are the same text,
+  so they match each other.
+* **equations**: ``x = 3`` matches ``3`` either way round; two equations ``y = ...`` compare their
+  right sides; general equations match when ``lhs - rhs`` differ by a non-zero constant factor.
+* **intervals, unions, matrices** compare part by part; a column vector matches the same tuple.
+* **words** compare case- and punctuation-insensitively.
+
+:func:`compare` returns True/False when these rules decide and None when they cannot (an
+unreadable side, or a point where evaluation fails); the caller then asks sympy.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from verifiers.math.answer import (
+    Answer, Choice, Infinity, Interval, Matrix, Relation, Scalar, Seq, Text, Union_, Unparsed,
+)
+from verifiers.math.expr import EvalError, TooLarge, evaluate
+
+EXACT_REL_TOL = 1e-9
+_POINTS = ((0.7373, 1.3161, 0.4142, 1.9129), (1.2247, 0.5772, 1.6180, 0.8415),
+           (0.3183, 2.2361, 1.1447, 0.6931), (1.4427, 0.9069, 0.2679, 1.7321))
+
+
+def compare(gold: Answer, pred: Answer, rel_tol: float) -> bool | None:
+    """True/False when the fast rules decide ``pred == gold``; None to ask sympy."""
+    if isinstance(gold, Unparsed) or isinstance(pred, Unparsed):
+        return None
+    if isinstance(pred, Relation) and not isinstance(gold, Relation):
+        return compare(gold, pred.rhs, rel_tol) if pred.op == "=" else False
+    handler = _HANDLERS.get(type(gold))
+    if handler is None:
+        return None
+    return handler(gold, pred, rel_tol)
+
+
+def _scalar(gold: Scalar, pred: Answer, rel_tol: float) -> bool | None:
+    if not isinstance(pred, Scalar):
+        if isinstance(pred, Seq) and len(pred.items) == 1:
+            return compare(gold, pred.items[0], rel_tol)
+        return False
+    g, p = gold.expr, pred.expr
+    if g.variables != p.variables:
+        return False
+    approx = g.decimal or p.decimal
+    if not g.variables:
+        try:
+            gv = evaluate(g.tree)
+            pv = evaluate(p.tree)
+        except EvalError:
+            return None
+        candidates = [pv]
+        if pred.percent and not gold.percent:
+            candidates.append(pv / 100)
+        if gold.percent and not pred.percent:
+            candidates.append(pv * 100)
+        return any(values_equal(gv, c, rel_tol if approx else EXACT_REL_TOL, exact=not approx) for c in candidates)
+    return _same_function(g, p, rel_tol if approx else 1e-8)
+
+
+def _same_function(g, p, tol: float) -> bool | None:
+    names = sorted(g.variables)
+    decided = 0
+    for point in _POINTS:
+        env = {name: complex(point[i % len(point)] + 0.1 * (i // len(point))) for i, name in enumerate(names)}
+        try:
+            gv = evaluate(g.tree, env)
+            pv = evaluate(p.tree, env)
+        except EvalError:
+            continue
+        if not values_equal(gv, pv, tol, exact=False):
+            return False
+        decided += 1
+    return True if decided >= 2 else None
+
+
+def values_equal(a, b, rel_tol: float, *, exact: bool) -> bool:
+    """Exact equality for two rationals when ``exact``; otherwise relative tolerance (module docstring)."""
+    if isinstance(a, Fraction) and isinstance(b, Fraction):
+        if exact or a == b:
+            return a == b
+        return abs(a - b) <= Fraction(rel_tol) * max(abs(a), abs(b))
+    za, zb = complex(a), complex(b)
+    scale = max(abs(za), abs(zb))
+    if scale == 0:
+        return True
+    diff = abs(za - zb)
+    if diff <= rel_tol * scale:
+        return True
+    # Floating noise around an exact zero (sin(pi) = 1.2e-16): only when one side *is* zero.
+    return (a == 0 or b == 0) and diff < 1e-12
+
+
+def _infinity(gold: Infinity, pred: Answer, rel_tol: float) -> bool:
+    return isinstance(pred, Infinity) and pred.sign == gold.sign
+
+
+def _seq(gold: Seq, pred: Answer, rel_tol: float) -> bool | None:
+    if isinstance(pred, Matrix):
+        return _seq(gold, _flat_vector(pred), rel_tol) if _flat_vector(pred) is not None else False
+    if isinstance(pred, Interval) and gold.kind == "tuple" and len(gold.items) == 2:
+        return _interval_as_pair(pred, gold, rel_tol)
+    if not isinstance(pred, Seq) or len(pred.items) != len(gold.items):
+        return False
+    if gold.kind == "tuple" and pred.kind in ("tuple", "list"):
+        return _all_pairs(gold.items, pred.items, rel_tol)
+    if gold.kind == "tuple":
+        return False  # an ordered pair is not a set
+    return _multiset_equal(gold.items, pred.items, rel_tol)
+
+
+def _all_pairs(golds, preds, rel_tol: float) -> bool | None:
+    unknown = False
+    for g, p in zip(golds, preds):
+        verdict = compare(g, p, rel_tol)
+        if verdict is False:
+            return False
+        unknown |= verdict is None
+    return None if unknown else True
+
+
+def _multiset_equal(golds, preds, rel_tol: float) -> bool | None:
+    """Greedy matching is exact here because equivalence of answers is transitive."""
+    remaining = list(preds)
+    unknown = False
+    for g in golds:
+        for j, p in enumerate(remaining):
+            verdict = compare(g, p, rel_tol)
+            if verdict:
+                del remaining[j]
+                break
+            unknown |= verdict is None
+        else:
+            return None if unknown else False
+    return True
+
+
+def _interval_as_pair(interval: Interval, pair: Seq, rel_tol: float) -> bool | None:
+    if interval.lo_closed or interval.hi_closed:
+        return False
+    return _all_pairs(pair.items, (interval.lo, interval.hi), rel_tol)
+
+
+def _interval(gold: Interval, pred: Answer, rel_tol: float) -> bool | None:
+    if isinstance(pred, Seq) and pred.kind == "tuple" and len(pred.items) == 2:
+        return _interval_as_pair(gold, pred, rel_tol)
+    if not isinstance(pred, Interval):
+        return False
+    if (gold.lo_closed, gold.hi_closed) != (pred.lo_closed, pred.hi_closed):
+        return False
+    return _all_pairs((gold.lo, gold.hi), (pred.lo, pred.hi), rel_tol)
+
+
+def _union(gold: Union_, pred: Answer, rel_tol: float) -> bool | None:
+    if not isinstance(pred, Union_) or len(pred.items) != len(gold.items):
+        return False
+    return _multiset_equal(gold.items, pred.items, rel_tol)
+
+
+def _flat_vector(m: Matrix) -> Seq | None:
+    if len(m.rows) == 1:
+        return Seq(tuple(m.rows[0]), "tuple")
+    if all(len(r) == 1 for r in m.rows):
+        return Seq(tuple(r[0] for r in m.rows), "tuple")
+    return None
+
+
+def _matrix(gold: Matrix, pred: Answer, rel_tol: float) -> bool | None:
+    if isinstance(pred, Seq):
+        flat = _flat_vector(gold)
+        return _seq(flat, pred, rel_tol) if flat is not None else False
+    if not isinstance(pred, Matrix):
+        return False
+    if len(gold.rows) != len(pred.rows) or any(len(a) != len(b) for a, b in zip(gold.rows, pred.rows)):
+        return False
+    return _all_pairs([c for r in gold.rows for c in r], [c for r in pred.rows for c in r], rel_tol)
+
+
+def _relation(gold: Relation, pred: Answer, rel_tol: float) -> bool | None:
+    if not isinstance(pred, Relation):
+        # x = 5 vs 5; y = 2x + 3 vs 2x + 3: only when the left side is a lone variable.
+        if gold.op == "=" and _lone_variable(gold.lhs):
+            return compare(gold.rhs, pred, rel_tol)
+        return False
+    if gold.op != pred.op:
+        flipped = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(pred.op)
+        if flipped == gold.op:
+            return _all_pairs((gold.lhs, gold.rhs), (pred.rhs, pred.lhs), rel_tol)
+        return False
+    if _lone_variable(gold.lhs) and _lone_variable(pred.lhs):
+        if gold.lhs.expr.tree != pred.lhs.expr.tree:
+            return False
+        return compare(gold.rhs, pred.rhs, rel_tol)
+    if gold.op == "=" and all(isinstance(x, Scalar) for x in (gold.lhs, gold.rhs, pred.lhs, pred.rhs)):
+        return _proportional_equations(gold, pred)
+    return _all_pairs((gold.lhs, gold.rhs), (pred.lhs, pred.rhs), rel_tol)
+
+
+def _lone_variable(a: Answer) -> bool:
+    return isinstance(a, Scalar) and a.expr.tree[0] == "var"
+
+
+def _proportional_equations(gold: Relation, pred: Relation) -> bool | None:
+    """``l1 = r1`` and ``l2 = r2`` describe the same set when ``(l1-r1) / (l2-r2)`` is a constant."""
+    names = sorted(gold.lhs.expr.variables | gold.rhs.expr.variables | pred.lhs.expr.variables
+                   | pred.rhs.expr.variables)
+    if (gold.lhs.expr.variables | gold.rhs.expr.variables) != (pred.lhs.expr.variables | pred.rhs.expr.variables):
+        return False
+    ratio = None
+    decided = 0
+    for point in _POINTS:
+        env = {name: complex(point[i % len(point)] + 0.1 * (i // len(point))) for i, name in enumerate(names)}
+        try:
+            g = complex(evaluate(gold.lhs.expr.tree, env)) - complex(evaluate(gold.rhs.expr.tree, env))
+            p = complex(evaluate(pred.lhs.expr.tree, env)) - complex(evaluate(pred.rhs.expr.tree, env))
+        except EvalError:
+            continue
+        if abs(p) < 1e-12 or abs(g) < 1e-12:
+            if abs(p) < 1e-12 and abs(g) < 1e-12:
+                continue
+            return False
+        r = g / p
+        if ratio is None:
+            ratio = r
+        elif abs(r - ratio) > 1e-8 * max(abs(r), abs(ratio)):
+            return False
+        decided += 1
+    return True if decided >= 2 else None
+
+
+def _choice(gold: Choice, pred: Answer, rel_tol: float) -> bool:
+    return isinstance(pred, Choice) and pred.letter == gold.letter
+
+
+def _text(gold: Text, pred: Answer, rel_tol: float) -> bool | None:
+    if isinstance(pred, Text):
+        return pred.text == gold.text
+    return None
+
+
+_HANDLERS = {
+    Scalar: _scalar, Infinity: _infinity, Seq: _seq, Interval: _interval, Union_: _union, Matrix: _matrix,
+    Relation: _relation, Choice: _choice, Text: _text,
+}
+
+__all__ = ["compare", "values_equal", "TooLarge"]

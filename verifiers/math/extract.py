@@ -1,0 +1,220 @@
+"""Find the final answer(s) a response commits to.
+
+Markers, strongest first (the first tier present wins):
+
+1. ``<answer>...</answer>`` tags (their content is searched again for the markers below);
+2. ``\\boxed{...}`` / ``\\fbox{...}`` (every box in the final region);
+3. statements: "the answer is ...", "final answer: ...", an ``Answer:`` line (markdown allowed:
+   ``**Answer: B**``), a "Final Answer" heading followed by its line, GSM8K's ``#### N``;
+4. a bold ``**...**`` on the last line;
+5. the last number (``fallback="last_number"``), refused where the response ends in the middle of
+   a number or an expression (it looks truncated) or the number closes an enumeration
+   (``1, 2, 3, 4, 5``): a match there would be luck, not an answer.
+
+Every answer of the winning tier is returned, plus any box or statement written *after* its last
+one, so that the verifier can see a response that commits to two different answers (hedging).
+The final region is what follows the closing ``</think>`` tag when there is one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from verifiers.math.normalize import matching_brace
+
+MAX_BOXES = 64
+MAX_STATEMENT = 300
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox|framebox)\s*(\{|\s+(?=\S))")
+_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+_STATEMENT_RE = re.compile(
+    r"(?i)(?<![a-z])(?:(?:(?:the|my)\s+)?(?:(?:final|correct)\s+)?answer|(?:correct|right|best)\s+(?:option|choice))"
+    r"(?:\s+(?:to|for)\s+[^.:\n]{0,40}?)?"
+    r"(?:\s+is\s*[:：]?|\s*[*_]*\s*[:：=])[\s*_]*(?P<rest>[^\n]{0,%d})" % MAX_STATEMENT)
+# Words between the marker and the answer that carry no value: "the answer is approximately 3.14".
+_FILLER_RE = re.compile(r"(?i)^(?:(?:approximately|approx\.?|about|around|roughly|exactly|equal\s+to|equals|simply|"
+                        r"just|now|then|therefore|thus|hence|so|given\s+by|as\s+follows|:)\s*)+")
+_PROSE_START = {"to", "that", "this", "what", "which", "how", "why", "because", "correct", "right", "wrong", "a", "an",
+                "the", "in", "of", "as", "we", "it", "clearly", "indeed", "given", "found", "below", "above", "not",
+                "still", "also", "different", "same", "obtained", "reached", "yes", "no"}
+_HEADING_RE = re.compile(r"(?im)^[\s#*_>]*(?:final\s+)?answer[\s*_:：]*$")
+_GSM8K_RE = re.compile(r"(?m)^[ \t]*####[ \t]*(?P<rest>[^\n]{1,%d})" % MAX_STATEMENT)
+_BOLD_RE = re.compile(r"\*\*([^*\n]{1,80}?)\*\*")
+_NUMBER_RE = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?:\s*\\?%)?(?![\w])|(?<![\w.])[-+]?\.\d+")
+_SENTENCE_END_RE = re.compile(r"\.(?=\s|$)|[;!?](?=\s|$)")
+_NEGATION_RE = re.compile(r"(?i)^\s*(?:not\b|never\b|wrong|incorrect|unclear|unknown|n't)")
+_ENUMERATION_RE = re.compile(r"(?:\d[\d.,/]*\s*(?:,|\bor\b|\band\b|;)\s*){2,}[-+]?\d[\d.,/]*\s*\W{0,3}$")
+_TRUNCATED_TAIL_RE = re.compile(r"(?:[-+*/=^(\[{,]|\\[a-zA-Z]*|\d)$")
+
+
+@dataclass
+class Extraction:
+    """Answers found in a response: ``answers`` in text order, from marker ``source``."""
+
+    answers: list[str] = field(default_factory=list)
+    source: str | None = None
+
+    @property
+    def found(self) -> bool:
+        return bool(self.answers)
+
+
+def final_region(text: str, think_tag: str | None) -> str:
+    """The text after the last ``</think>`` when the model closed its reasoning, else all of it."""
+    if think_tag:
+        close = f"</{think_tag}>"
+        idx = text.rfind(close)
+        if idx >= 0 and text[idx + len(close):].strip():
+            return text[idx + len(close):]
+    return text
+
+
+def find_boxed(text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, content)`` of each outermost ``\\boxed{...}`` (last :data:`MAX_BOXES` only)."""
+    matches = list(_BOX_RE.finditer(text))[-MAX_BOXES:]
+    out: list[tuple[int, int, str]] = []
+    covered_until = -1
+    for m in matches:
+        if m.start() < covered_until:
+            continue  # a box inside a box
+        if m.group(1) == "{":
+            close = matching_brace(text, m.end() - 1)
+            if close < 0:
+                continue  # never closed: the response was cut off
+            out.append((m.start(), close + 1, text[m.end(): close]))
+            covered_until = close + 1
+        else:  # \boxed 5
+            token = re.match(r"[^\s$.,;]+", text[m.end():])
+            if token:
+                out.append((m.start(), m.end() + token.end(), token.group(0)))
+    return out
+
+
+def _clean_statement(rest: str) -> str:
+    """The answer part of a statement line: up to the end of its sentence, markdown removed."""
+    rest = rest.replace("**", " ").replace("__", " ").strip(" *_\t")
+    end = _SENTENCE_END_RE.search(rest)
+    if end:
+        rest = rest[: end.start()]
+    rest = _FILLER_RE.sub("", rest.strip())
+    return rest.strip(" *_\t:")
+
+
+def _statements(text: str) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    pos = 0
+    while True:  # overlapping search: "the answer is not 5, it is 6. Answer: 6" holds two statements
+        m = _STATEMENT_RE.search(text, pos)
+        if not m:
+            break
+        found.append((m.start(), _clean_statement(m.group("rest"))))
+        pos = m.start("rest")
+    for m in _HEADING_RE.finditer(text):
+        following = text[m.end():].lstrip("\n")
+        line = following.split("\n", 1)[0] if following else ""
+        found.append((m.start(), _clean_statement(line[:MAX_STATEMENT])))
+    for m in _GSM8K_RE.finditer(text):
+        found.append((m.start(), _clean_statement(m.group("rest"))))
+    return sorted((pos, s) for pos, s in found if s and not _NEGATION_RE.match(s) and _looks_like_answer(s))
+
+
+def _looks_like_answer(s: str) -> bool:
+    """Drop prose that follows "answer is" in passing ("the answer is what we need to find")."""
+    if re.search(r"[\d\\$^=(){}]|\b[A-J]\b", s):
+        return True
+    words = s.lower().split()
+    return len(words) <= 3 and words[0] not in _PROSE_START
+
+
+def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last_number",
+            max_chars: int = 20_000) -> Extraction:
+    """The answers ``text`` commits to (module docstring); ``Extraction([])`` when there is none."""
+    if len(text) > max_chars:
+        text = text[-max_chars:]  # the final answer is at the end; hostile megabytes are not read
+    region = final_region(text, think_tag)
+
+    tags = _ANSWER_TAG_RE.findall(region)
+    if tags:
+        answers: list[str] = []
+        for content in tags:
+            inner = extract(content, think_tag=None, fallback="none", max_chars=max_chars)
+            if inner.found:
+                answers.extend(inner.answers)
+            elif content.strip() and len(content) <= MAX_STATEMENT:
+                answers.append(content.strip())
+            elif fallback == "last_number":
+                answers.extend(_last_number(content).answers)
+        return Extraction([a for a in answers if a.strip()], "answer_tag")
+
+    boxes = find_boxed(region)
+    statements = _statements(region)
+    if boxes:
+        last_box_end = boxes[-1][1]
+        later = [s for pos, s in statements if pos >= last_box_end]
+        return Extraction([b[2] for b in boxes] + later, "boxed")
+    if statements:
+        return Extraction([s for _, s in statements], "statement")
+
+    lines = [ln for ln in region.strip().split("\n") if ln.strip()]
+    if lines:
+        bolds = _BOLD_RE.findall(lines[-1])
+        if bolds and re.search(r"[\d\\]|^\(?[A-J]\)?$", bolds[-1].strip()):
+            return Extraction([bolds[-1].strip()], "bold")
+    if fallback == "last_number":
+        return _last_number(region)
+    return Extraction([], None)
+
+
+def _last_number(region: str) -> Extraction:
+    stripped = region.strip()
+    matches = list(_NUMBER_RE.finditer(stripped))
+    if not matches:
+        return Extraction([], None)
+    last = matches[-1]
+    # A long response that stops on a digit or an operator was probably cut off mid-answer.
+    if len(stripped) > 200 and _TRUNCATED_TAIL_RE.search(stripped):
+        return Extraction([], "truncated")
+    line_start = stripped.rfind("\n", 0, last.start()) + 1
+    if _ENUMERATION_RE.search(stripped[line_start: last.end() + 3]):
+        return Extraction([], "enumeration")
+    return Extraction([last.group(0)], "last_number")
+
+
+_CHOICE_LEAD_RE = re.compile(r"^\s*(?:option|choice)?\s*\(?\s*([A-J])\s*\)?(?=$|[\s.:)\],;])")
+_CHOICE_PAREN_RE = re.compile(r"\(\s*([A-J])\s*\)")
+_CHOICE_BARE_RE = re.compile(r"(?<![A-Za-z\\])([A-J])(?![A-Za-z])")
+_CHOICE_JOIN_RE = re.compile(r"^\s*(?:\bor\b|\band\b|/|,|&|\\lor|\\vee)\s*\(?\s*([A-J])\s*\)?(?![A-Za-z])")
+
+
+def choice_letters(answer: str, allowed: str) -> set[str]:
+    """Multiple-choice letters an answer names: ``(D)``, ``**B**``, ``\\textbf{(A)}``, ``C) 42``.
+
+    An answer that *starts* with a letter names that letter (``B because C is wrong`` names B) plus
+    any letter joined to it by "or", "and", "/" or a comma (``A or B`` names both: a hedge).
+    """
+    s = re.sub(r"\\(?:text|textbf|mathbf|mathrm|textit|boxed)\s*\{([^{}]*)\}", r"\1", answer)
+    s = s.replace("*", " ").replace("$", " ").replace("\\(", " ").replace("\\)", " ").strip()
+    lead = _CHOICE_LEAD_RE.match(s)
+    if lead and lead.group(1) in allowed:
+        letters = {lead.group(1)}
+        rest = s[lead.end():]
+        while True:
+            joined = _CHOICE_JOIN_RE.match(rest)
+            if not joined:
+                break
+            letters.add(joined.group(1))
+            rest = rest[joined.end():]
+        return letters
+    paren = {c for c in _CHOICE_PAREN_RE.findall(s) if c in allowed}
+    if paren:
+        return paren
+    bare = set()
+    for m in _CHOICE_BARE_RE.finditer(s):
+        letter = m.group(1)
+        after = s[m.end(): m.end() + 2]
+        if letter == "A" and re.match(r" [a-z]", after):  # the article "A total of"
+            continue
+        if letter in allowed:
+            bare.add(letter)
+    return bare

@@ -1,0 +1,208 @@
+"""The ``math`` verifier: does the response's final answer equal the gold answer?
+
+Pipeline (one module per step)::
+
+    extract.py      the answers the response commits to (boxed, "the answer is", ####, <answer>, ...)
+    normalize.py    strip dressing: $, \\text{}, \\dfrac, units, degrees, \\$, %, thousands separators
+    answer.py       the answer's shape: number/formula, tuple, set, interval, matrix, equation, letter
+    equivalence.py  exact / numeric / random-point comparison (no sympy)          ~0.1 ms
+    symbolic.py     sympy via math-verify, only when the fast rules cannot decide   ~10-50 ms
+
+score = 1.0 when the response commits to exactly one answer (or, for a multi-part gold, to one
+set of parts) and it equals the gold; 0.0 otherwise, including *hedging*: two different boxed
+values, "A or B", an enumeration of candidates, or a cut-off response whose last number happens
+to match. ``status="error"`` means the item could not be judged: no gold in the reference, or an
+answer too large to evaluate safely (power towers, giant factorials, deeply nested input).
+
+math-verify's signal-based timeouts are disabled here (they break outside the main thread); the
+:class:`~verifiers.runner.VerifierRunner` enforces the deadline by killing the worker process.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from functools import lru_cache
+
+from verifiers.base import Reward, Verifier
+from verifiers.math import symbolic
+from verifiers.math.answer import Answer, Choice, Scalar, Seq, Union_, Unparsed, parse_answer, split_top
+from verifiers.math.equivalence import compare
+from verifiers.math.expr import TooLarge
+from verifiers.math.extract import choice_letters, extract, find_boxed
+from verifiers.math.normalize import normalize
+from verifiers.registry import register_verifier
+
+MAX_CANDIDATES = 16
+_OR_RE = re.compile(r"\\(?:text|mbox|textbf|mathrm)\s*\{\s*(or|and)\s*\}|\\lor\b|\\vee\b", re.I)
+
+
+@lru_cache(maxsize=4096)
+def parse_gold(raw: str) -> tuple[str, Answer]:
+    """The gold answer as ``(normalised text, parsed shape)``. A full GSM8K solution (``#### N``) or a
+    MATH solution (``\\boxed{...}``) is reduced to its final answer first."""
+    text = raw.strip()
+    if "####" in text:
+        text = text.rsplit("####", 1)[1].strip()
+    elif "\\boxed" in text or "\\fbox" in text:
+        boxes = find_boxed(text)
+        if boxes:
+            text = boxes[-1][2]
+    return normalize(text).text, parse_answer(text)
+
+
+def split_alternatives(answer: str) -> list[str]:
+    """``"3 or 5"`` -> ``["3", "5"]`` (an answer that offers alternatives offers several answers)."""
+    cleaned = _OR_RE.sub(lambda m: f" {m.group(1).lower()} " if m.group(1) else " or ", answer)
+    cleaned = re.sub(r"\beither\b", " ", cleaned)
+    parts = split_top(cleaned, (" or ",))
+    return [p for p in (p.strip() for p in parts) if p]
+
+
+@register_verifier("math")
+class MathVerifier(Verifier):
+    """Final answer equals ``reference["answer"]`` (see the module docstring for the full rules).
+
+    Options:
+        tolerance: relative tolerance for values written with decimals or irrational values
+            (``|a-b| <= tolerance * max(|a|,|b|)``); exact rationals always compare exactly.
+        fallback: ``"last_number"`` (the last number when no marker is present, refused when the
+            response looks cut off or ends on an enumeration) or ``"none"``.
+        answer_key: the reference field holding the gold answer (a string, a number, or a list of
+            acceptable alternatives).
+        think_tag: the reasoning tag whose content is skipped when the response closes it (None: off).
+        penalize_hedging: score 0 when the response commits to several different answers.
+        use_sympy: consult sympy (via math-verify) when the fast rules cannot decide.
+        max_chars: only the last ``max_chars`` characters are read (the answer is at the end).
+        choices: letters accepted as multiple-choice answers (extended up to the gold letter).
+    """
+
+    name = "math"
+    description = "final answer (boxed / 'the answer is' / #### / <answer> / last number) equals the gold; hedging scores 0"
+
+    def __init__(self, tolerance: float = 1e-6, fallback: str = "last_number", answer_key: str = "answer",
+                 think_tag: str | None = "think", penalize_hedging: bool = True, use_sympy: bool = True,
+                 max_chars: int = 20_000, choices: str = "ABCDE"):
+        if not 0 <= tolerance < 1:
+            raise ValueError("math: tolerance must be in [0, 1)")
+        if fallback not in ("last_number", "none"):
+            raise ValueError("math: fallback must be 'last_number' or 'none'")
+        self.tolerance = float(tolerance)
+        self.fallback = fallback
+        self.answer_key = answer_key
+        self.think_tag = think_tag
+        self.penalize_hedging = penalize_hedging
+        self.use_sympy = use_sympy
+        self.max_chars = int(max_chars)
+        self.choices = choices.upper()
+
+    # ------------------------------------------------------------------ public
+    def score(self, completion: str, reference: dict) -> Reward:
+        start = time.perf_counter()
+        info: dict = {"extracted": None}
+        golds = self._gold_texts(reference)
+        if not golds:
+            info["error"] = f"reference has no {self.answer_key!r} field"
+            return Reward(0.0, status="error", latency_s=time.perf_counter() - start, info=info)
+        found = extract(completion or "", think_tag=self.think_tag, fallback=self.fallback, max_chars=self.max_chars)
+        info["source"] = found.source
+        candidates: list[str] = []
+        for a in found.answers:
+            candidates.extend(c for c in split_alternatives(a) if c not in candidates)
+        if not candidates:
+            return Reward(0.0, latency_s=time.perf_counter() - start, info=info)
+        info["extracted"] = candidates[0] if len(candidates) == 1 else " | ".join(candidates)[:500]
+        status, correct = "ok", False
+        try:
+            for gold in golds:
+                correct = self._judge(gold, candidates, info)
+                if correct:
+                    break
+        except (TooLarge, symbolic.TooComplex, RecursionError, MemoryError) as exc:
+            status = "error"
+            info["error"] = f"answer too large to judge safely: {exc}"
+        return Reward(float(correct), status=status, latency_s=time.perf_counter() - start, info=info)
+
+    # ------------------------------------------------------------------ steps
+    def _gold_texts(self, reference: dict) -> list[str]:
+        raw = reference.get(self.answer_key) if isinstance(reference, dict) else None
+        if raw is None:
+            return []
+        values = raw if isinstance(raw, (list, tuple)) else [raw]
+        return [_number_text(v) for v in values if str(v).strip()]
+
+    def _judge(self, gold_raw: str, candidates: list[str], info: dict) -> bool:
+        gold_text, gold = parse_gold(gold_raw)
+        if isinstance(gold, Choice):
+            return self._judge_choice(gold, candidates, info)
+        numeric_gold = isinstance(gold, Scalar) and not gold.expr.variables
+        parsed = [(c, parse_answer(c, numeric_gold=numeric_gold)) for c in candidates[: MAX_CANDIDATES + 1]]
+        distinct = self._distinct(parsed)
+        if len(distinct) > 1:
+            if not _multi_part(gold) or len(distinct) > MAX_CANDIDATES:
+                if self.penalize_hedging:
+                    info["hedged"] = True
+                    return False
+                distinct = distinct[-1:]  # hedging allowed: the last answer counts
+            else:
+                combined = Seq(tuple(a for _, a in distinct), "list")
+                verdict = compare(gold, combined, self.tolerance)
+                info["method"] = "fast" if verdict is not None else "undecided"
+                return bool(verdict)
+        pred_text, pred = distinct[0]
+        verdict = compare(gold, pred, self.tolerance)
+        info["method"] = "fast"
+        if verdict is None:
+            verdict, info["method"] = self._slow(gold_text, normalize(pred_text).text)
+        return verdict
+
+    def _judge_choice(self, gold: Choice, candidates: list[str], info: dict) -> bool:
+        allowed = self.choices + "".join(chr(c) for c in range(ord("A"), ord(gold.letter) + 1))
+        letters: set[str] = set()
+        for c in candidates:
+            letters |= choice_letters(c, allowed)
+        info["method"] = "choice"
+        if len(letters) > 1 and self.penalize_hedging:
+            info["hedged"] = True
+            return False
+        return gold.letter in letters
+
+    def _distinct(self, parsed: list[tuple[str, Answer]]) -> list[tuple[str, Answer]]:
+        """Candidates with equivalent duplicates removed (``\\boxed{1/2}`` ... ``Answer: 0.5`` is one answer)."""
+        kept: list[tuple[str, Answer]] = []
+        for text, answer in parsed:
+            duplicate = False
+            for kept_text, kept_answer in kept:
+                same = compare(kept_answer, answer, self.tolerance)
+                if same is None:
+                    same = normalize(kept_text).text == normalize(text).text
+                if same:
+                    duplicate = True
+                    break
+            if not duplicate:
+                kept.append((text, answer))
+        return kept
+
+    def _slow(self, gold_text: str, pred_text: str) -> tuple[bool, str]:
+        if self.use_sympy:
+            verdict = symbolic.sympy_equal(gold_text, pred_text, rel_tol=self.tolerance)
+            if verdict is not None:
+                return verdict, "sympy"
+        return _text_key(gold_text) == _text_key(pred_text) and bool(_text_key(gold_text)), "string"
+
+
+def _multi_part(gold: Answer) -> bool:
+    return isinstance(gold, (Seq, Union_)) and len(getattr(gold, "items", ())) > 1
+
+
+def _number_text(value) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _text_key(s: str) -> str:
+    return re.sub(r"[\s{}]+", "", s).lower()
+
+
+__all__ = ["MathVerifier", "parse_gold", "split_alternatives", "Unparsed"]
