@@ -17,7 +17,7 @@ COMMAND_MODULES = [
     "rlvr.commands.quickstart",
     "rlvr.commands.train",
     "rlvr.commands.sft",
-    "verifiers.cli",
+    # "verifiers.cli" joins once the verifier commands land
 ]
 
 

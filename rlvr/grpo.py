@@ -50,7 +50,7 @@ def train(config: RunConfig, *, resume: bool = False) -> dict[str, Any]:
     # ---- models, engine, optimizer ----------------------------------------------------------
     tokenizer = load_tokenizer(config.model.path)
     policy = _load_policy(config, device, checkpoint)
-    reference = Reference(policy, needed=algo.beta > 0)
+    reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device))
     engine = build_engine(config.engine.name, policy, tokenizer, max_batch_size=config.engine.max_batch_size)
     optimizer = build_optimizer(policy.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay, betas=config.optim.betas)
     scheduler = build_scheduler(optimizer, total=t.steps, warmup=config.optim.warmup_steps,
@@ -279,7 +279,7 @@ def _reference_logprobs(reference: Reference, batch: Batch, micro_batch_size: in
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    return float((values * mask).sum() / mask.sum().clamp(min=1))
+    return float((values.detach() * mask).sum() / mask.sum().clamp(min=1))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 The reference policy is what the KL term compares against:
   * LoRA policy: the same network with its adapters switched off (no second copy in memory);
-  * full fine-tuning: a frozen copy, made only when beta > 0 (no copy, no pass otherwise).
+  * full fine-tuning: a frozen copy of the original weights, loaded only when beta > 0 (no copy,
+    no pass otherwise).
 """
 
 from __future__ import annotations
@@ -79,13 +80,20 @@ def is_lora(model) -> bool:
 
 
 class Reference:
-    """Log-probabilities under the reference policy, without a second model when LoRA allows it."""
+    """Log-probabilities under the reference policy, without a second model when LoRA allows it.
 
-    def __init__(self, policy, *, needed: bool):
+    A full-fine-tuning reference is loaded from the *original* model folder, never copied from the
+    live policy: a resumed run's policy has already moved, and a copy of it would be the wrong anchor.
+    """
+
+    def __init__(self, policy, *, needed: bool, path: str | Path, dtype: str = "float32", device: str = "cpu"):
         self.needed = needed
         self._frozen = None
         if needed and not is_lora(policy):
-            self._frozen = copy.deepcopy(policy).eval().requires_grad_(False)
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype)).to(device)
+            self._frozen = model.eval().requires_grad_(False)
         self._policy = policy
 
     @contextlib.contextmanager

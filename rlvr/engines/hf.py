@@ -8,6 +8,7 @@ most one ``[sequences, vocab]`` step is held at a time.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import torch
@@ -69,6 +70,8 @@ class HFEngine:
     def generate(self, prompts: Sequence[Sequence[int]], n: int, sampling: SamplingParams) -> list[list[Completion]]:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
+        if sampling.greedy and n > 1:  # every greedy sample is the same: decode once, copy
+            return [[replace(group[0]) for _ in range(n)] for group in self.generate(prompts, 1, sampling)]
         prompts_per_call = max(1, self.max_batch_size // n)
         groups: list[list[Completion]] = []
         for start in range(0, len(prompts), prompts_per_call):

@@ -1,0 +1,42 @@
+"""Shared fixtures: paths to the project and its benchmark data, and tiny models built locally."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not DATA_DIR.is_dir():
+        pytest.skip(f"benchmark data not found at {DATA_DIR}")
+    return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """A randomly initialised tiny Llama with a character tokenizer, saved like a hub model."""
+    from rlvr.models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=64, intermediate_size=128, seed=0)
+
+
+@pytest.fixture(scope="session")
+def taught_model(tmp_path_factory, tiny_model) -> Path:
+    """The tiny model after a short SFT on 1-digit addition: right often, wrong sometimes."""
+    from rlvr import sft
+    from rlvr.config import SFTConfig, build_config
+
+    out = tmp_path_factory.mktemp("taught")
+    config = build_config(SFTConfig, {
+        "out": str(out), "model": {"path": str(tiny_model)},
+        "data": {"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}, "limit": 2000},
+        "optim": {"lr": 3e-3}, "train": {"steps": 60, "batch_size": 64},
+        "log": {"progress": False},
+    })
+    sft.train(config)
+    return out / "final"

@@ -1,0 +1,148 @@
+"""End-to-end runs of the GRPO-family recipe on the tiny model (seconds each)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+
+from rlvr import grpo
+from rlvr.config import RunConfig, build_config
+from rlvr.tracking import read_metrics
+from verifiers import Reward, register_verifier
+
+
+def _config(model, out, *overrides):
+    raw = {
+        "out": str(out),
+        "model": {"path": str(model)},
+        "data": [{"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}}],
+        "generation": {"max_new_tokens": 3},
+        "optim": {"lr": 1e-3},
+        "train": {"steps": 3, "prompts_per_step": 8, "group_size": 4, "micro_batch_size": 16},
+        "eval": {"limit": 9},
+        "checkpoint": {"every": 0},
+        "log": {"progress": False, "plot_every": 0},
+    }
+    return build_config(RunConfig, raw, list(overrides))
+
+
+def test_short_run_writes_the_whole_run_folder(taught_model, tmp_path):
+    summary = grpo.train(_config(taught_model, tmp_path, "algorithm.preset=grpo", "algorithm.beta=0"))
+    assert (tmp_path / "config.yaml").is_file() and (tmp_path / "metrics.png").stat().st_size > 10_000
+    resolved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert resolved["optim"]["grad_clip"] == 1.0 and resolved["algorithm"]["kl_estimator"] == "k3"
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 3]  # eval at start, 3 steps, eval at the end
+    step = records[1]
+    for key in ["reward/mean", "reward/std", "reward/accuracy", "train/entropy", "response/length_mean",
+                "response/length_max", "response/truncation_rate", "train/clip_frac_low", "train/clip_frac_high",
+                "rollout/zero_variance_frac", "verify/status_ok", "verify/latency_p50_ms", "perf/tokens_per_s",
+                "time/generate", "time/verify", "time/update", "train/grad_norm", "train/lr"]:
+        assert key in step, key
+    assert step["sync/logprob_abs_diff"] < 1e-4  # the engine serves exactly the trained weights
+    assert step["train/ratio_mean"] == pytest.approx(1.0)  # one pass: pi_old is pi_theta
+    assert "train/kl_ref" not in step  # beta = 0: no reference pass at all
+    assert (tmp_path / "checkpoints" / "step_000003" / "trainer_state.pt").is_file()
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(tmp_path / "final")
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["steps"] == 3 and 0 <= written["accuracy_before"] <= 1 and 0 <= written["accuracy_after"] <= 1
+    assert summary["accuracy_after"] == written["accuracy_after"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algorithm.preset=grpo"],  # k3 KL in the loss, beta 0.04
+        ["algorithm.preset=dr_grpo"],
+        ["algorithm.preset=dapo", "algorithm.overlong_buffer=1"],
+        ["algorithm.preset=rloo"],  # k1 KL in the reward
+        ["algorithm.preset=reinforce_pp", "algorithm.entropy_coef=0.01"],
+        ["algorithm.ppo_epochs=2", "algorithm.minibatches=2", "algorithm.dual_clip=3", "algorithm.old_logprobs=recompute"],
+    ],
+    ids=["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo_epochs"],
+)
+def test_presets_and_multi_pass_updates_run(taught_model, tmp_path, overrides):
+    config = _config(taught_model, tmp_path, "train.steps=2", "eval.at_start=false", "eval.at_end=false", *overrides)
+    grpo.train(config)
+    steps = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "train/loss" in r]
+    assert len(steps) == 2 and all(torch.isfinite(torch.tensor(r["train/loss"])) for r in steps)
+    if config.algorithm.beta > 0:
+        assert all(r["train/kl_ref"] >= -1e-6 for r in steps)
+    if config.algorithm.ppo_epochs * config.algorithm.minibatches > 1:
+        assert all(r["train/optimizer_steps"] == 4 for r in steps)
+        assert any(abs(r["train/ratio_mean"] - 1) > 1e-6 for r in steps)  # later minibatches are off-policy
+
+
+def test_lora_policy_uses_disabled_adapters_as_reference(taught_model, tmp_path):
+    config = _config(taught_model, tmp_path, "model.lora.r=4", "model.lora.target_modules=[q_proj, v_proj]",
+                     "algorithm.beta=0.1", "train.steps=2", "eval.at_start=false")
+    grpo.train(config)
+    first = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "train/kl_ref" in r][0]
+    assert first["train/kl_ref"] == pytest.approx(0.0, abs=1e-6)  # LoRA B starts at zero: policy == reference
+    assert (tmp_path / "final" / "adapter" / "adapter_config.json").is_file()
+    assert (tmp_path / "final" / "config.json").is_file()  # and a merged standalone copy
+
+
+@register_verifier("test_flaky")
+class Flaky:
+    """Errors on every other call, otherwise scores like `numeric`."""
+
+    name = "test_flaky"
+    calls = 0
+
+    def score(self, completion, reference):
+        Flaky.calls += 1
+        if Flaky.calls % 2:
+            raise RuntimeError("verifier crashed")
+        return Reward(float(completion.strip() == reference["answer"]))
+
+
+def test_failed_verifications_are_masked_and_counted(taught_model, tmp_path):
+    grpo.train(_config(taught_model, tmp_path, "verifier.name=test_flaky", "train.steps=1", "eval.at_start=false", "eval.at_end=false"))
+    (step,) = read_metrics(tmp_path / "metrics.jsonl")
+    assert step["verify/status_error"] == 16 and step["verify/masked_frac"] == pytest.approx(0.5)
+
+
+def _train_cli(*args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "rlvr.cli", "train", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, **kwargs)
+
+
+def test_killed_run_resumes_to_the_same_weights(taught_model, tmp_path):
+    """SIGKILL after a checkpoint, resume, and end bit-identical to an uninterrupted run. (Regression:
+    the resumed run once copied its reference model from the resumed policy instead of the original.)"""
+    overrides = ["train.steps=6", "checkpoint.every=2", "checkpoint.keep=2", "eval.at_start=false", "eval.at_end=false"]
+    config = _config(taught_model, tmp_path / "whole", *overrides)
+    grpo.train(config)  # the uninterrupted reference run
+
+    cfg_file = tmp_path / "config.yaml"
+    cfg_file.write_text(yaml.safe_dump(_config(taught_model, tmp_path / "killed", *overrides).model_dump(mode="json")))
+    proc = _train_cli(str(cfg_file))
+    deadline = time.time() + 120
+    while not (tmp_path / "killed" / "checkpoints" / "step_000002").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "killed" / "final").exists()
+
+    resumed = _train_cli("--resume", str(tmp_path / "killed"))
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()
+    steps = [r["step"] for r in read_metrics(tmp_path / "killed" / "metrics.jsonl")]
+    assert steps == [1, 2, 3, 4, 5, 6]  # lines written after the checkpoint were dropped, none repeated
+    from safetensors.torch import load_file
+
+    a = load_file(tmp_path / "whole" / "final" / "model.safetensors")
+    b = load_file(tmp_path / "killed" / "final" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
