@@ -148,6 +148,10 @@ def _parse(s: str, percent: bool, numeric_gold: bool, depth: int) -> Answer:
     if len(parts) > 1:
         return _comma_list(parts, sub)
 
+    parts = split_top(s, (":",))  # a time or a ratio (12:00, 1:2:3) is an ordered tuple
+    if len(parts) > 1 and not any(p.endswith("\\") for p in parts):
+        return Seq(tuple(sub(p) for p in parts), "tuple")
+
     rel = _relation(s, sub)
     if rel is not None:
         return rel
@@ -375,7 +379,8 @@ def split_top(s: str, separators: tuple[str, ...]) -> list[str]:
     if depth != 0:
         return [s]
     parts.append(s[start:])
-    return [p for p in (p.strip() for p in parts)] if len(parts) > 1 else [s]
+    parts = [p for p in (p.strip() for p in parts) if p]
+    return parts if len(parts) > 1 else [s]
 
 
 def split_top_relations(s: str) -> list[str]:

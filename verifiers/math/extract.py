@@ -28,10 +28,14 @@ MAX_STATEMENT = 300
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox|framebox)\s*(\{|\s+(?=\S))")
 _ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
-_STATEMENT_RE = re.compile(
-    r"(?i)(?<![a-z])(?:(?:(?:the|my)\s+)?(?:(?:final|correct)\s+)?answer|(?:correct|right|best)\s+(?:option|choice))"
-    r"(?:\s+(?:to|for)\s+[^.:\n]{0,40}?)?"
-    r"(?:\s+is\s*[:：]?|\s*[*_]*\s*[:：=])[\s*_]*(?P<rest>[^\n]{0,%d})" % MAX_STATEMENT)
+_REST = r"[\s*_]*(?P<rest>[^\n]{0,%d})" % MAX_STATEMENT
+_STATEMENT_RES = (
+    # "the answer is 5", "the final answer to part (a) is: 5", "the correct option is (B)"
+    re.compile(r"(?i)(?<![a-z])(?:(?:(?:the|my|our)\s+)?(?:(?:final|correct)\s+)?answer|(?:correct|right|best)\s+(?:option|choice))"
+               r"(?:\s+(?:to|for)\s+[^.:\n]{0,40}?)?\s+is\s*[:：]?" + _REST),
+    # "Answer: 5" at the start of a line (markdown allowed), or "final answer: 5" anywhere
+    re.compile(r"(?im)(?:^[ \t#*_>\-]*(?:(?:the|my)\s+)?(?:final\s+)?|(?<![a-z])final\s+)answer[ \t*_]*[:：=]" + _REST),
+)
 # Words between the marker and the answer that carry no value: "the answer is approximately 3.14".
 _FILLER_RE = re.compile(r"(?i)^(?:(?:approximately|approx\.?|about|around|roughly|exactly|equal\s+to|equals|simply|"
                         r"just|now|then|therefore|thus|hence|so|given\s+by|as\s+follows|:)\s*)+")
@@ -45,6 +49,9 @@ _NUMBER_RE = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:
 _SENTENCE_END_RE = re.compile(r"\.(?=\s|$)|[;!?](?=\s|$)")
 _NEGATION_RE = re.compile(r"(?i)^\s*(?:not\b|never\b|wrong|incorrect|unclear|unknown|n't)")
 _ENUMERATION_RE = re.compile(r"(?:\d[\d.,/]*\s*(?:,|\bor\b|\band\b|;)\s*){2,}[-+]?\d[\d.,/]*\s*\W{0,3}$")
+_THOUSANDS_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)")
+_MATH_SEGMENT_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)", re.S)
+_CONNECTOR_RE = re.compile(r"(?i)^\s*(?:,?\s*(?:or|and)\s*|,\s*)$")
 _TRUNCATED_TAIL_RE = re.compile(r"(?:[-+*/=^(\[{,]|\\[a-zA-Z]*|\d)$")
 
 
@@ -91,39 +98,65 @@ def find_boxed(text: str) -> list[tuple[int, int, str]]:
     return out
 
 
+def _math_chain(rest: str) -> str | None:
+    """``"$-\\frac38$, as required"`` -> ``"-\\frac38"``: the math segments of a statement, from the
+    first one while only connectors ("or", "and", ",") separate them; None without math segments."""
+    segments = list(_MATH_SEGMENT_RE.finditer(rest))
+    if not segments:
+        return None
+    chain = [next(g for g in segments[0].groups() if g is not None)]
+    for prev, seg in zip(segments, segments[1:]):
+        gap = rest[prev.end(): seg.start()]
+        if not _CONNECTOR_RE.match(gap) and gap.strip():
+            break
+        chain.append(gap.strip() or ",")
+        chain.append(next(g for g in seg.groups() if g is not None))
+    return " ".join(chain)
+
+
 def _clean_statement(rest: str) -> str:
-    """The answer part of a statement line: up to the end of its sentence, markdown removed."""
+    """The answer part of a statement line: its first sentence (a period inside ``$...$`` does not
+    end it), then its math segments if it has any, with fillers and markdown removed."""
     rest = rest.replace("**", " ").replace("__", " ").strip(" *_\t")
-    end = _SENTENCE_END_RE.search(rest)
-    if end:
-        rest = rest[: end.start()]
+    spans = [m.span() for m in _MATH_SEGMENT_RE.finditer(rest)]
+    for end in _SENTENCE_END_RE.finditer(rest):
+        if not any(a <= end.start() < b for a, b in spans):
+            rest = rest[: end.start()]
+            break
+    chain = _math_chain(rest)
+    if chain is not None:
+        return chain.strip()
     rest = _FILLER_RE.sub("", rest.strip())
     return rest.strip(" *_\t:")
 
 
 def _statements(text: str) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
-    pos = 0
-    while True:  # overlapping search: "the answer is not 5, it is 6. Answer: 6" holds two statements
-        m = _STATEMENT_RE.search(text, pos)
-        if not m:
-            break
-        found.append((m.start(), _clean_statement(m.group("rest"))))
-        pos = m.start("rest")
+    for regex in _STATEMENT_RES:
+        pos = 0
+        while True:  # overlapping search: "the answer is not 5, it is 6. Answer: 6" holds two statements
+            m = regex.search(text, pos)
+            if not m:
+                break
+            found.append((m.start("rest"), _clean_statement(m.group("rest"))))
+            pos = m.start("rest")
     for m in _HEADING_RE.finditer(text):
         following = text[m.end():].lstrip("\n")
         line = following.split("\n", 1)[0] if following else ""
         found.append((m.start(), _clean_statement(line[:MAX_STATEMENT])))
     for m in _GSM8K_RE.finditer(text):
         found.append((m.start(), _clean_statement(m.group("rest"))))
-    return sorted((pos, s) for pos, s in found if s and not _NEGATION_RE.match(s) and _looks_like_answer(s))
+    unique = {pos: s for pos, s in found}  # both regexes may find the same statement
+    return sorted((pos, s) for pos, s in unique.items() if s and not _NEGATION_RE.match(s) and _looks_like_answer(s))
 
 
 def _looks_like_answer(s: str) -> bool:
     """Drop prose that follows "answer is" in passing ("the answer is what we need to find")."""
+    words = s.lower().split()
+    if len([w for w in words if w.isalpha() and len(w) > 1]) > 5:
+        return False  # a sentence, not an answer
     if re.search(r"[\d\\$^=(){}]|\b[A-J]\b", s):
         return True
-    words = s.lower().split()
     return len(words) <= 3 and words[0] not in _PROSE_START
 
 
@@ -176,7 +209,8 @@ def _last_number(region: str) -> Extraction:
     if len(stripped) > 200 and _TRUNCATED_TAIL_RE.search(stripped):
         return Extraction([], "truncated")
     line_start = stripped.rfind("\n", 0, last.start()) + 1
-    if _ENUMERATION_RE.search(stripped[line_start: last.end() + 3]):
+    tail = _THOUSANDS_RE.sub("N", stripped[line_start: last.end() + 3]).replace("N", "0")
+    if _ENUMERATION_RE.search(tail):
         return Extraction([], "enumeration")
     return Extraction([last.group(0)], "last_number")
 

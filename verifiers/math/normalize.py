@@ -33,6 +33,7 @@ _UNWRAP_RE = re.compile(r"\\(" + "|".join(_UNWRAP) + r")\s*\{")
 _TEXT_UNIT_RE = re.compile(
     r"(?<=[\d}).])(\s*)\\(?:text|mbox|mathrm|textrm|operatorname)\s*\{\s*~?\s*([A-Za-z][A-Za-z\s.~/]*)\}"
     r"(?:\s*\^\s*\{?\s*-?\d+\s*\}?)?")
+_PHANTOM_RE = re.compile(r"\\(?:phantom|hphantom|vphantom|label|tag)\s*\{[^{}]*\}")
 _CONNECTORS = {"and", "or", "if", "for", "all", "where", "with", "when", "but", "so", "then", "is", "are"}
 
 _SIZE_RE = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg|bigl|bigr|Bigl|Bigr|biggl|biggr|Biggl|Biggr)(?![a-zA-Z])\s*(\\?[.]?)")
@@ -126,6 +127,8 @@ def normalize(answer: str) -> Normalized:
     s = _THOUSANDS_BRACE_RE.sub(r"\1,", s)
     s = _COMMA_BANG_RE.sub(",", s)
     s = _THOUSANDS_SPACE_RE.sub(r"\1", s)
+    s = _PHANTOM_RE.sub(" ", s)
+    s = _SPACING_RE.sub(" ", s)
     s = _DEGREES_RE.sub(" ", s)
     percent = bool(_PERCENT_RE.search(s))
     if percent:

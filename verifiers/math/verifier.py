@@ -26,7 +26,7 @@ from functools import lru_cache
 
 from verifiers.base import Reward, Verifier
 from verifiers.math import symbolic
-from verifiers.math.answer import Answer, Choice, Scalar, Seq, Union_, Unparsed, parse_answer, split_top
+from verifiers.math.answer import Answer, Choice, Scalar, Seq, Unparsed, parse_answer, split_top
 from verifiers.math.equivalence import compare
 from verifiers.math.expr import TooLarge
 from verifiers.math.extract import choice_letters, extract, find_boxed
@@ -108,7 +108,7 @@ class MathVerifier(Verifier):
         info["source"] = found.source
         candidates: list[str] = []
         for a in found.answers:
-            candidates.extend(c for c in split_alternatives(a) if c not in candidates)
+            candidates.extend(c for c in split_alternatives(a) if c not in candidates and normalize(c).text)
         if not candidates:
             return Reward(0.0, latency_s=time.perf_counter() - start, info=info)
         info["extracted"] = candidates[0] if len(candidates) == 1 else " | ".join(candidates)[:500]
@@ -192,7 +192,9 @@ class MathVerifier(Verifier):
 
 
 def _multi_part(gold: Answer) -> bool:
-    return isinstance(gold, (Seq, Union_)) and len(getattr(gold, "items", ())) > 1
+    """A gold with several separate answers (``3, 5``, ``\\{1, 2\\}``, ``\\pm 2``); a point ``(0, 0)``
+    or an interval is one answer."""
+    return isinstance(gold, Seq) and gold.kind in ("list", "set", "pm") and len(gold.items) > 1
 
 
 def _number_text(value) -> str:

@@ -1,0 +1,334 @@
+"""Write ``cases.jsonl``: hand-made cases for the ``math`` verifier, one category at a time.
+
+Each case is ``{"id", "category", "completion", "answer", "expected", "note"}``; ``expected`` is the
+score a correct verifier gives (1 or 0). Written in Python (raw strings) because LaTeX inside JSON
+is unreadable; run ``python tests/verifier_cases/build.py`` after editing and commit both files.
+
+Sources: the answer formats of GSM8K, MATH/MATH-500, Minerva, AMC/AIME (see /work/shared/data);
+the failure reports in huggingface/Math-Verify issues #2, #14, #16, #26, #37, #41, #44, #47, #60,
+#69, #76 (rewritten as cases, not copied); and the hedging patterns of RL reward hacking.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CASES: list[dict] = []
+
+
+def case(category: str, completion: str, answer, expected: int, note: str = "") -> None:
+    CASES.append({"category": category, "completion": completion, "answer": answer, "expected": expected, "note": note})
+
+
+def pos_neg(category: str, completion: str, right, wrong, note: str = "") -> None:
+    """One completion scored against a gold it matches (1) and a gold it does not (0)."""
+    case(category, completion, right, 1, note)
+    case(category, completion, wrong, 0, note)
+
+
+# ----------------------------------------------------------------------------- extraction paths
+E = "extract_boxed"
+pos_neg(E, r"Adding the two gives $x = \boxed{12}$.", "12", "13")
+pos_neg(E, r"Thus the probability is $\boxed{\frac{3}{4}}$.", r"\frac{3}{4}", r"\frac{4}{3}")
+pos_neg(E, r"The area is \boxed{48 \text{ square units}}.", "48", "84")
+pos_neg(E, r"So the remainder is \boxed 5.", "5", "6", "box without braces")
+pos_neg(E, r"Final: \fbox{7}", "7", "1")
+pos_neg(E, "Step 1: 3+4=7.\nStep 2: 7*2=14.\n\n**Final Answer**\n\\[\n\\boxed{14}\n\\]", "14", "7")
+pos_neg(E, r"We get \boxed{840}.,but let me put this after explain." + "\n\n**Final Answer**\n\\boxed{840}", "840", "840840",
+        "Math-Verify #44: two identical boxes")
+pos_neg(E, r"the answer should be \boxed{004}. So, \boxed{004} is the correct answer.", "4", "5", "Math-Verify #44: leading zeros")
+pos_neg(E, r"<think>Maybe it is \boxed{3}? No.</think>The answer is $\boxed{5}$.", "5", "3", "draft box inside think")
+pos_neg(E, r"$$\boxed{\left(\frac{1}{2}, -3\right)}$$", r"\left(\frac12,-3\right)", r"\left(-3, \frac12\right)")
+pos_neg(E, r"Hence $\boxed{x^2+2x+1}$ is the polynomial.", "(x+1)^2", "x^2+2x-1")
+pos_neg(E, r"The number of ways is $\boxed{\dbinom{10}{3}} = 120$.", "120", "720")
+pos_neg(E, "Therefore\n$$\n\\boxed{\\sqrt{2}}\n$$", r"\sqrt2", r"\sqrt3")
+pos_neg(E, r"so $m+n=\boxed{47}$", "47", "74")
+pos_neg(E, r"The smallest such integer is $\boxed{1000}$. Checking: $1000 = 8 \cdot 125$.", "1000", "8")
+
+E = "extract_answer_is"
+pos_neg(E, "She pays 3 * 4 = 12 dollars. The answer is 12.", "12", "3")
+pos_neg(E, r"So the final answer is $\frac{1}{2}$.", "0.5", "2")
+pos_neg(E, "Therefore, the answer is: 7", "7", "17")
+pos_neg(E, "The answer to the question is 9 apples.", "9", "8")
+pos_neg(E, "The final answer is 3.14.", "3.14", "3.15")
+pos_neg(E, "So the answer is approximately 2.72.", "2.72", "2.7")
+pos_neg(E, r"Thus the answer is $-\frac{3}{8}$, as required.", r"-\frac{3}{8}", r"\frac{3}{8}")
+pos_neg(E, "The correct option is (B).", "B", "C")
+pos_neg(E, "First the answer is not 5, since 5 fails the check. The answer is 6.", "6", "5", "negated statement is ignored")
+pos_neg(E, "I think the answer is x = -4.", "-4", "4")
+
+E = "extract_gsm8k"
+pos_neg(E, "Janet has 16 - 3 - 4 = <<16-3-4=9>>9 eggs.\nShe makes 9 * 2 = $<<9*2=18>>18.\n#### 18", "18", "9")
+pos_neg(E, "Total cost is 1,200 + 300 = 1,500.\n#### 1,500", "1500", "1200")
+pos_neg(E, "He earns $70.\n#### $70", "70", "7")
+pos_neg(E, "So 0.5 of the cake remains.\n####0.5", "0.5", "5")
+pos_neg(E, "#### -12", "-12", "12")
+
+E = "extract_answer_tag"
+pos_neg(E, "<think>12 + 30 = 42</think>\n<answer>42</answer>", "42", "12")
+pos_neg(E, "<think>area = 6*7</think><answer>\\boxed{42}</answer>", "42", "6")
+pos_neg(E, "<think>...</think><answer> The answer is 8 </answer>", "8", "0")
+pos_neg(E, "<answer>\\frac{3}{5}</answer>", "0.6", "0.5")
+pos_neg(E, "<think>first guess 10, then fix to 11</think>\n<answer>11</answer>", "11", "10")
+pos_neg(E, "<answer>(D)</answer>", "D", "A")
+
+E = "extract_bold"
+pos_neg(E, "So the number of residents who own all four things is **73**.", "73", "234")
+pos_neg(E, "Left: 437 + 2*234 = 905\nRight: 905\n\n--- \n\nFinal Answer: **73**", "73", "905", "Math-Verify #76")
+pos_neg(E, "She needs **15** more stickers.", "15", "51")
+pos_neg(E, "The total is 5 + 6.\n\nThe result is **11**", "11", "6")
+
+E = "extract_answer_line"
+pos_neg(E, "We multiply both sides by 2.\nAnswer: 17", "17", "2")
+pos_neg(E, "ANSWER: 3/4", r"\frac34", r"\frac43")
+pos_neg(E, "Solving gives the root.\nFinal answer: x = 5", "5", "-5")
+pos_neg(E, "**Answer:** 2.5", "2.5", "25")
+pos_neg(E, "**Final Answer:** $\\dfrac{9}{4}$", r"\frac{9}{4}", r"\frac{4}{9}")
+pos_neg(E, "### Final Answer\n\n64", "64", "46", "heading then value")
+
+E = "extract_last_number"
+pos_neg(E, "She has 12 apples left.", "12", "13")
+pos_neg(E, "It takes 3.5 hours.", "3.5", "3")
+pos_neg(E, "42", "42", "24")
+pos_neg(E, "First we add 5 and 7 to get 12. Then we double it to get 24.", "24", "12")
+pos_neg(E, "The trip costs $1,250 in total.", "1250", "125")
+pos_neg(E, "The speed is -3 m/s.", "-3", "3")
+
+# ----------------------------------------------------------------------------- normalisations
+N = "norm_thousands"
+pos_neg(N, r"\boxed{1,234}", "1234", "1,235")
+pos_neg(N, r"\boxed{1\,234}", "1234", "234")
+pos_neg(N, r"\boxed{1{,}234{,}567}", "1234567", "1234")
+pos_neg(N, r"\boxed{10080}", r"10,\!080", "10,008")
+pos_neg(N, r"\boxed{11,111,111,100}", r"11,\! 111,\! 111,\! 100", "11111111")
+pos_neg(N, "The population is 12,345,678.", "12345678", "12345")
+pos_neg(N, r"\boxed{\$32,\!348}", r"\$32,\!348", "32,349")
+pos_neg(N, r"\boxed{58,500}", "58500", "585")
+
+N = "norm_sign"
+pos_neg(N, r"\boxed{+7}", "7", "-7")
+pos_neg(N, "The change is +12.", "12", "-12")
+pos_neg(N, r"\boxed{-0}", "0", "1")
+pos_neg(N, r"\boxed{- 5}", "-5", "5")
+
+N = "norm_dollars_percent"
+pos_neg(N, r"\boxed{\$18.90}", r"\$18.90", "18.09")
+pos_neg(N, r"The total is $\$18.9$.", "18.90", "18")
+pos_neg(N, r"\boxed{36 \text{ dollars}}", r"\$36", "63")
+pos_neg(N, r"\boxed{25\%}", "25", "20")
+pos_neg(N, r"The answer is 25%.", r"25\%", "2.5")
+pos_neg(N, r"\boxed{0.25}", r"25\%", r"20\%", "a fraction for a percent gold")
+pos_neg(N, r"\boxed{12.5\%}", r"12.5\%", r"1.25\%")
+pos_neg(N, "#### $5", "5", "6")
+pos_neg(N, r"She earned \boxed{\$ 1,080}.", "1080", "180")
+
+N = "norm_units_degrees"
+pos_neg(N, r"\boxed{15 \text{ cm}^2}", r"15\mbox{ cm}^2", "16")
+pos_neg(N, r"\boxed{864 \text{ inches}^2}", r"864 \mbox{ inches}^2", "846")
+pos_neg(N, r"\boxed{5.4 \text{ cents}}", r"5.4 \text{ cents}", "54")
+pos_neg(N, r"The answer is 12 apples.", "12", "13")
+pos_neg(N, r"\boxed{3.5 \text{ hours}}", "3.5", "35")
+pos_neg(N, r"\boxed{90^\circ}", "90", "45")
+pos_neg(N, r"\boxed{90^{\circ}}", r"90^\circ", "180")
+pos_neg(N, "The angle is 30°.", r"30^\circ", "60")
+pos_neg(N, r"\boxed{75 \text{ degrees}}", r"75^\circ", "57")
+pos_neg(N, r"\boxed{\frac{270}{7}^\circ}", r"\frac{270}7\text{ degrees}", r"\frac{7}{270}")
+pos_neg(N, r"\boxed{1.6 \mathrm{~cm}}", "1.6", "16")
+pos_neg(N, r"\boxed{300 \mathrm{~km} / \mathrm{s}}", "300", "30")
+pos_neg(N, "The speed is 5 m/s.", "5", "6")
+pos_neg(N, r"\boxed{8 \text{ m}}", "8", "9")
+
+N = "norm_text"
+pos_neg(N, r"\boxed{\text{13}}", "13", "31", "Math-Verify #37")
+pos_neg(N, r"\boxed{\text{Evelyn}}", r"\text{Evelyn}", r"\text{Navin}")
+pos_neg(N, "The answer is east.", r"\text{east}", r"\text{west}")
+pos_neg(N, r"\boxed{\textbf{12}}", "12", "21")
+pos_neg(N, r"\boxed{\mathrm{even}}", r"\text{even}", r"\text{odd}")
+pos_neg(N, r"\boxed{\text{ellipse}}", r"\text{ellipse}", r"\text{parabola}")
+pos_neg(N, r"\boxed{\text{Monday}}", "Monday", "Tuesday")
+
+N = "norm_dfrac"
+pos_neg(N, r"\boxed{\dfrac{3}{4}}", r"\frac34", r"\frac{3}{5}")
+pos_neg(N, r"\boxed{\tfrac12}", "0.5", "2")
+pos_neg(N, r"\boxed{\dfrac{17}{50}}", r"\dfrac{17}{50}", r"\frac{17}{5}")
+pos_neg(N, r"\boxed{\frac 59}", r"\frac{5}{9}", r"\frac{9}{5}")
+pos_neg(N, r"\boxed{\frac9{19}}", r"\frac{9}{19}", r"\frac{9}{91}")
+pos_neg(N, r"\boxed{1\frac{4}{5}}", r"\frac{9}{5}", r"\frac{4}{5}", "mixed number")
+pos_neg(N, r"\boxed{137 \frac{1}{2}}", "137.5", "68.5", "mixed number")
+pos_neg(N, r"\boxed{\dfrac{\sqrt{3}}{3}}", r"\frac{1}{\sqrt3}", r"\sqrt3")
+pos_neg(N, r"\boxed{-\dfrac{24}{25}}", r"-\frac{24}{25}", r"\frac{24}{25}")
+
+N = "norm_plain_math"
+pos_neg(N, "The answer is sqrt(3).", r"\sqrt{3}", r"\sqrt{2}")
+pos_neg(N, "The answer is pi/2.", r"\frac{\pi}{2}", r"\pi")
+pos_neg(N, "The answer is (x+1)/(x-1).", r"\frac{x+1}{x-1}", r"\frac{x-1}{x+1}")
+pos_neg(N, "The answer is 2*sqrt(2).", r"2\sqrt2", r"\sqrt2")
+pos_neg(N, "The answer is 3^(1/2).", r"\sqrt3", r"3")
+pos_neg(N, "The answer is x^2 + 2x + 1.", r"(x+1)^2", r"(x-1)^2")
+pos_neg(N, "The answer is -2*pi.", r"-2\pi", r"2\pi", "Math-Verify #69")
+pos_neg(N, "The answer is -1 + exp(16).", r"e^{16} - 1", r"e^{16} + 1", "Math-Verify #69")
+pos_neg(N, "The answer is 14.0 + -1.0i.", "14 - i", "14 + i", "Math-Verify #69")
+pos_neg(N, "The answer is 3 sqrt 5.", r"3\sqrt{5}", r"5\sqrt3")
+pos_neg(N, "The answer is 1/12.", "0.0833333333333333", "0.083", "Math-Verify #2")
+pos_neg(N, "The answer is 5pi/6.", r"\frac{5\pi}{6}", r"\frac{6\pi}{5}")
+pos_neg(N, "The answer is 2√3.", r"2\sqrt{3}", r"3\sqrt{2}")
+pos_neg(N, "The answer is π/4.", r"\frac{\pi}{4}", r"\frac{\pi}{3}")
+pos_neg(N, "The answer is (a+5)(b+2).", "ab+2a+5b+10", "ab+5a+2b+10")
+pos_neg(N, r"\boxed{\frac{x}{7}+\frac{2}{7}}", r"\frac{x+2}{7}", r"\frac{x+7}{2}", "Math-Verify #2")
+pos_neg(N, r"\boxed{\sec^2(y)}", r"\tan^2(y)+1", r"\tan^2(y)-1", "Math-Verify #2")
+
+N = "norm_scientific"
+pos_neg(N, r"\boxed{6.02e23}", r"6.02 \times 10^{23}", r"6.02 \times 10^{22}")
+pos_neg(N, "The answer is 2.5 million.", "2500000", "250000")
+pos_neg(N, r"\boxed{1.5 \cdot 10^{-3}}", "0.0015", "0.015")
+pos_neg(N, "The answer is 3 billion.", "3000000000", "300000000")
+pos_neg(N, r"\boxed{4.5e33}", "4.5e33", "4.5e34")
+pos_neg(N, r"\boxed{3.83 \times 10^{35}}", "3.83e35", "3.83e53")
+pos_neg(N, r"\boxed{1e-5}", r"10^{-5}", r"10^{-6}")
+pos_neg(N, r"\boxed{7.5 \times 10^7 \text{ years}}", "7.5e7", "7.5e6")
+pos_neg(N, "The answer is 1.2 thousand.", "1200", "120")
+pos_neg(N, r"\boxed{.0000672}", r"6.72 \times 10^{-5}", r"6.72 \times 10^{-4}")
+
+N = "norm_choice"
+pos_neg(N, r"The answer is (D).", "D", "B")
+pos_neg(N, r"**Answer: B**", "B", "D")
+pos_neg(N, r"\boxed{\textbf{(A)}}", r"\text{(A)}", r"\text{(E)}")
+pos_neg(N, r"\boxed{C}", r"\text{(C)}", r"\text{(B)}")
+pos_neg(N, r"The correct answer is C) 42.", "C", "A")
+pos_neg(N, "Answer: (E) 17", "E", "D")
+pos_neg(N, r"The answer is $\boxed{\text{(B)}}$", "(B)", "(C)")
+pos_neg(N, "Option B because C is not valid.\nAnswer: B", "B", "C")
+pos_neg(N, r"\boxed{(D)\ 36}", "D", "A")
+pos_neg(N, "<answer>A</answer>", "A", "B")
+pos_neg(N, "The final answer is **C**.", "C", "B")
+
+N = "norm_interval"
+pos_neg(N, r"\boxed{(-\infty, 3]}", r"(-\infty,3]", r"(-\infty,3)")
+pos_neg(N, r"\boxed{[2, 5)}", "[2,5)", "(2,5]")
+pos_neg(N, r"\boxed{x \in [-2,7]}", r"[-2,7]", r"[-7,2]")
+pos_neg(N, r"\boxed{-2 \le x \le 7}", r"x \in [-2,7]", r"(-2,7)")
+pos_neg(N, r"\boxed{(-\infty, 2) \cup (3, \infty)}", r"(3,\infty) \cup (-\infty,2)", r"(-\infty,3) \cup (2,\infty)")
+pos_neg(N, r"\boxed{\left(\frac{3}{5},\frac{8}{3}\right]}", r"\left(\frac{3}{5},\frac{8}{3}\right]", r"\left[\frac{3}{5},\frac{8}{3}\right]")
+pos_neg(N, r"\boxed{x > 5}", r"(5,\infty)", r"[5,\infty)")
+pos_neg(N, r"\boxed{(0,9) \cup (9,36)}", r"(0,9) \cup (9,36)", r"(0,36)")
+pos_neg(N, r"\boxed{\left[ \frac{\pi^2}{8}, \frac{5 \pi^2}{4} \right]}", r"\left[ \frac{\pi^2}{8}, \frac{5 \pi^2}{4} \right]",
+        r"\left[ \frac{\pi^2}{4}, \frac{5 \pi^2}{8} \right]")
+pos_neg(N, r"\boxed{(2,\infty)}", r"x > 2", r"x < 2")
+
+N = "norm_tuple_set"
+pos_neg(N, r"\boxed{(1, 2)}", "(1,2)", "(2,1)", "ordered pair: order matters")
+pos_neg(N, r"\boxed{\{1, 2\}}", r"\{2, 1\}", r"\{1, 3\}", "set: order does not matter")
+pos_neg(N, r"The solutions are $\boxed{1, -2}$.", "-2,1", "1,2", "list of solutions")
+pos_neg(N, r"\boxed{3, 5, 7}", "7, 5, 3", "3, 5")
+pos_neg(N, r"\boxed{(6,31,-1)}", "(6,31,-1)", "(6,-1,31)")
+pos_neg(N, r"\boxed{\left( 3, \frac{\pi}{2} \right)}", r"\left( 3, \frac{\pi}{2} \right)", r"\left( \frac{\pi}{2}, 3 \right)")
+pos_neg(N, r"\boxed{(1,4.5)}", r"(1,\frac{9}{2})", r"(1,\frac{9}{4})", "Math-Verify #2")
+pos_neg(N, r"\boxed{1+\sqrt{19}, 1-\sqrt{19}}", r"1 \pm \sqrt{19}", r"1 + \sqrt{19}")
+pos_neg(N, r"\boxed{\{1+\sqrt5, 1-\sqrt5, -2\}}", r"\{1\pm\sqrt{5},-2\}", r"\{1\pm\sqrt{5},2\}")
+pos_neg(N, r"\boxed{12:00}", "12:00", "1:00", "Math-Verify #14: times")
+
+N = "norm_equation"
+pos_neg(N, r"\boxed{x = 3}", "3", "-3")
+pos_neg(N, r"\boxed{3}", "x=3", "x=-3")
+pos_neg(N, r"\boxed{y = 2x + 3}", "y = 3 + 2x", "y = 2x - 3")
+pos_neg(N, r"\boxed{5x - 7y + 11z + 4 = 0}", "-5x + 7y - 11z - 4 = 0", "5x - 7y + 11z - 4 = 0")
+pos_neg(N, r"\boxed{y = -\frac{1}{2}x + \frac{3}{4}}", "2x+4y-3=0", "2x+4y+3=0", "Math-Verify #26")
+pos_neg(N, r"\boxed{-34x-45y+20z-100=0}", "34x+45y-20z+100=0", "34x+45y-20z-100=0", "Math-Verify #2")
+pos_neg(N, r"\boxed{k = 2}", "2", "3")
+pos_neg(N, r"\boxed{3x-y+13=0}", "3x - y + 13 = 0", "3x + 4y + 14 = 0", "Math-Verify #60")
+pos_neg(N, r"\boxed{n = 2, 3, 4}", "n = 2, 3, 4", "n = 1, 2, 3", "Math-Verify #14")
+pos_neg(N, r"\boxed{D = (0, 1)}", "D = (0, 1)", "D = (0, 1.5)", "Math-Verify #14")
+
+N = "norm_matrix"
+pos_neg(N, r"\boxed{\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}}", r"\begin{bmatrix} 1 & 2 \\ 3 & 4 \end{bmatrix}",
+        r"\begin{pmatrix} 1 & 3 \\ 2 & 4 \end{pmatrix}")
+pos_neg(N, r"\boxed{\begin{pmatrix} -\frac13 \\ \frac23 \\ \frac53 \end{pmatrix}}",
+        r"\begin{pmatrix} -1/3 \\ 2/3 \\ 5/3 \end{pmatrix}", r"\begin{pmatrix} 1/3 \\ 2/3 \\ 5/3 \end{pmatrix}")
+pos_neg(N, r"\boxed{\begin{pmatrix} -1 & 0 \\ 0 & -1 \end{pmatrix}}", r"\begin{pmatrix} -1 & 0 \\ 0 & -1 \end{pmatrix}",
+        r"\begin{pmatrix} 1 & 0 \\ 0 & 1 \end{pmatrix}")
+pos_neg(N, r"\boxed{\begin{pmatrix} -2 \\ -14 \\ -7 \end{pmatrix}}", "(-2, -14, -7)", "(-2, -7, -14)", "column vector as tuple")
+pos_neg(N, r"\boxed{\begin{bmatrix} 0.2 & 0 \\ 0 & 0.5 \end{bmatrix}}", r"\begin{pmatrix} \frac15 & 0 \\ 0 & \frac12 \end{pmatrix}",
+        r"\begin{pmatrix} \frac12 & 0 \\ 0 & \frac15 \end{pmatrix}")
+pos_neg(N, r"\boxed{\begin{pmatrix} 16/49 \\ 48/49 \\ 24/49 \end{pmatrix}}",
+        r"\begin{pmatrix} 16/49 \\ 48/49 \\ 24/49 \end{pmatrix}", r"\begin{pmatrix} 16/49 \\ 24/49 \\ 48/49 \end{pmatrix}")
+
+N = "tiny_values"
+case(N, r"\boxed{2^{-98}}", "2^{-99}", 0, "relative, not absolute, tolerance")
+case(N, r"\boxed{\frac{1}{2^{98}}}", r"\frac{1}{2^{99}}", 0, "Math-Verify #14")
+case(N, r"\boxed{\frac{1}{2004!}}", r"\frac{1}{2006!}", 0, "Math-Verify #14")
+case(N, r"\boxed{1e-10}", "2e-10", 0)
+case(N, r"\boxed{0.0000001}", "0.0000002", 0)
+case(N, r"\boxed{\frac{2^{2005}+1}{3 \cdot 2^{2006}}}", r"\frac{1}{3 \cdot 2^{2006}}", 0, "Math-Verify #14")
+case(N, r"\boxed{2^{-100}}", r"\frac{1}{2^{100}}", 1)
+case(N, r"\boxed{1.5 \times 10^{-12}}", "1.5e-12", 1)
+case(N, r"\boxed{6.67 \times 10^{-11}}", "6.67e-11", 1)
+case(N, r"\boxed{10^{-9}}", "0.000000001", 1)
+
+N = "wrong_answers"
+case(N, r"\boxed{4\sqrt{2}}", "4", 0, "Math-Verify #41")
+case(N, r"\boxed{1 + \frac{1}{e}}", r"1 - \frac{1}{e}", 0, "Math-Verify #14")
+case(N, r"\boxed{2021}", r"\pm 2021", 0, "Math-Verify #14")
+case(N, r"\boxed{21, 36, \text{and } 82}", r"19, 46, \text{ and } 82", 0, "Math-Verify #14")
+case(N, r"\boxed{1728}", r"1331 \text{ and } 1728", 0, "Math-Verify #47: part of a multi-part gold")
+case(N, r"\boxed{\frac{100}{3}}", "33", 0)
+case(N, r"\boxed{3.14}", r"\pi", 0, "an approximation is not the exact answer")
+case(N, r"\boxed{x+1}", "t+1", 0, "different variable")
+case(N, r"\boxed{0}", "1", 0)
+case(N, r"\boxed{}", "0", 0, "empty box")
+case(N, "", "0", 0, "empty response")
+case(N, "I don't know.", "7", 0, "no answer")
+
+# ----------------------------------------------------------------------------- hedging (all 0)
+H = "hedging"
+case(H, r"It could be \boxed{3} or maybe \boxed{4}.", "3", 0, "two boxes that disagree")
+case(H, r"It could be \boxed{3} or maybe \boxed{4}.", "4", 0, "two boxes that disagree (gold = last)")
+case(H, r"\boxed{4}. Wait, that's wrong: \boxed{5}", "5", 0, "self-correction with two boxes")
+case(H, r"The answer is \boxed{3 \text{ or } 4}.", "3", 0, "alternatives inside one box")
+case(H, "The answer is 3 or 4.", "4", 0, "alternatives")
+case(H, "The answer is either 5 or 6.", "5", 0, "either/or")
+case(H, "The answer is A or B.", "A", 0, "two letters")
+case(H, "**Answer: B/D**", "D", 0, "two letters with a slash")
+case(H, r"\boxed{A, C}", "A", 0, "two letters with a comma")
+case(H, "The answer is (A) or (C).", "C", 0, "two letters in parentheses")
+case(H, "Possible values: 1, 2, 3, 4, 5", "5", 0, "enumeration whose last number is the gold")
+case(H, "The candidates are 2, 3, 5, 7, 11, 13", "13", 0, "enumeration")
+case(H, r"The answer is \boxed{2, 3, 5, 7}.", "7", 0, "enumeration in a box")
+case(H, "Let me compute step by step. " * 10 + "First 12 + 30 = 4", "4", 0, "truncated mid-number")
+case(H, "Let me compute step by step. " * 10 + "So the total is 42 +", "42", 0, "truncated mid-expression")
+case(H, r"\boxed{5}" + "\n\nAnswer: 6", "5", 0, "box and a later answer line disagree")
+case(H, r"\boxed{5}" + "\n\nAnswer: 6", "6", 0, "box and a later answer line disagree")
+case(H, "The answer is 12. Actually the answer is 13.", "13", 0, "two statements that disagree")
+case(H, "#### 10\n#### 12", "12", 0, "two GSM8K answers")
+case(H, "<answer>3</answer><answer>4</answer>", "4", 0, "two answer tags")
+case(H, r"\boxed{x = 1} \quad \boxed{x = 2} \quad \boxed{x = 3}", "2", 0, "three boxes")
+case(H, r"The answer is $\frac12$ or $0.25$.", "0.5", 0, "alternatives in math mode")
+case(H, r"\boxed{1} \boxed{2} \boxed{3} \boxed{4} \boxed{5} \boxed{6} \boxed{7} \boxed{8} \boxed{9} \boxed{10}", "7", 0, "box spray")
+case(H, "The answer is 6, 7, 8, or 9.", "9", 0, "list offered as one answer")
+case(H, r"\boxed{\pm 3}", "3", 0, "plus-minus for a single value")
+
+# ----------------------------------------------------------------------------- multi-part answers (1)
+M = "multipart"
+pos_neg(M, r"The roots are \boxed{3} and \boxed{5}.", "3, 5", "3, 6")
+pos_neg(M, r"The roots are \boxed{5} and \boxed{3}.", "3, 5", "3")
+pos_neg(M, r"The answer is x = 2 or x = -2.", r"\pm 2", "2")
+pos_neg(M, r"$\boxed{x=1}$ and $\boxed{x=-2}$", "1, -2", "1, 2")
+pos_neg(M, r"The solutions are $\boxed{-1}$ or $\boxed{4}$.", r"\{-1, 4\}", r"\{-1, 3\}")
+pos_neg(M, r"\boxed{1 \pm \sqrt{19}}", r"1 \pm \sqrt{19}", r"1 \pm \sqrt{17}")
+pos_neg(M, r"The answer is $\boxed{2}$ chickens and $\boxed{3}$ rabbits.", "2, 3", "3, 4")
+pos_neg(M, r"\boxed{(1, 2)} and \boxed{(3, 4)}", r"(1,2), (3,4)", r"(1,2), (4,3)")
+
+
+def main() -> None:
+    out = Path(__file__).with_name("cases.jsonl")
+    counts: dict[str, int] = {}
+    with out.open("w") as f:
+        for c in CASES:
+            counts[c["category"]] = counts.get(c["category"], 0) + 1
+            c = {"id": f"{c['category']}-{counts[c['category']]:03d}", **c}
+            f.write(json.dumps(c, ensure_ascii=False) + "\n")
+    print(f"wrote {len(CASES)} cases to {out}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Cases derived from real benchmark data (MATH-500, GSM8K) in ``../shared/data``.
+
+* ``real_math500``: every MATH-500 reference solution scored against its own gold answer (1), and
+  against that gold with one digit changed (0; kept only where math-verify agrees the two differ);
+* ``real_gsm8k``: GSM8K test solutions (``#### N``) against N (1) and N+1 (0);
+* ``real_hedging``: a MATH-500 solution followed by a second, different boxed answer, in three
+  phrasings (0): the "two boxed values that disagree" hedge on real text.
+
+Built at load time (not stored) so the data stays where its licence file is; callers skip when
+the data folder is absent. ``full=True`` adds the 4,500 MATH test problems outside MATH-500.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+HEDGE_TEMPLATES = (
+    "{solution}\n\nAlternatively, the answer could be $\\boxed{{{wrong}}}$.",
+    "{solution}\n\nHmm, or maybe $\\boxed{{{wrong}}}$.",
+    "Two candidates: $\\boxed{{{wrong}}}$ or the following.\n\n{solution}",
+)
+
+
+def _rows(path: Path) -> list[dict]:
+    with path.open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def perturb(answer: str) -> str | None:
+    """The answer with its first digit changed (``\\frac{14}{3}`` -> ``\\frac{24}{3}``); None if it has none."""
+    m = re.search(r"\d", answer)
+    if not m:
+        return None
+    digit = str((int(m.group(0)) + 1) % 10)
+    return answer[: m.start()] + digit + answer[m.end():]
+
+
+def _differs(gold: str, wrong: str) -> bool:
+    """math-verify's independent opinion that two answers differ (its timeouts work: main thread)."""
+    from math_verify import parse, verify
+
+    try:
+        return not verify(parse(f"${gold}$"), parse(f"${wrong}$"))
+    except Exception:
+        return False
+
+
+def real_cases(data: Path = DATA, *, gsm8k: int = 300, hedges: int = 100, full: bool = False) -> list[dict]:
+    """The real-data cases (module docstring); ``[]`` when ``data`` is absent."""
+    cases: list[dict] = []
+    math500_path = data / "math500" / "test.jsonl"
+    if math500_path.exists():
+        rows = _rows(math500_path)
+        cases += _math_cases(rows, "real_math500")
+        for i, row in enumerate(rows[: hedges]):
+            wrong = perturb(row["answer"])
+            if wrong and _differs(row["answer"], wrong):
+                template = HEDGE_TEMPLATES[i % len(HEDGE_TEMPLATES)]
+                cases.append(_case("real_hedging", template.format(solution=row["solution"], wrong=wrong),
+                                   row["answer"], 0, row.get("unique_id", "")))
+        if full and (data / "math" / "test.jsonl").exists():
+            seen = {r["problem"] for r in rows}
+            others = [r for r in _rows(data / "math" / "test.jsonl") if r["problem"] not in seen]
+            for r in others:  # gold = the solution's box; solutions with several different boxes are skipped
+                r["answer"] = _only_boxed(r["solution"])
+            cases += _math_cases([r for r in others if r["answer"]], "real_math")
+    gsm8k_path = data / "gsm8k" / "test.jsonl"
+    if gsm8k_path.exists():
+        for row in _rows(gsm8k_path)[:gsm8k]:
+            gold = row["answer"].rsplit("####", 1)[1].strip().replace(",", "")
+            cases.append(_case("real_gsm8k", row["answer"], gold, 1, row["question"][:40]))
+            cases.append(_case("real_gsm8k", row["answer"], str(int(gold) + 1), 0, row["question"][:40]))
+    return cases
+
+
+def _math_cases(rows: list[dict], category: str) -> list[dict]:
+    out = []
+    for row in rows:
+        out.append(_case(category, row["solution"], row["answer"], 1, row.get("unique_id", "")))
+        wrong = perturb(row["answer"])
+        if wrong and _differs(row["answer"], wrong):
+            out.append(_case(category, row["solution"], wrong, 0, row.get("unique_id", "")))
+    return out
+
+
+def _only_boxed(solution: str) -> str | None:
+    from verifiers.math.extract import find_boxed
+
+    contents = {b[2].strip() for b in find_boxed(solution)}
+    return contents.pop() if len(contents) == 1 else None
+
+
+def _case(category: str, completion: str, answer: str, expected: int, note: str) -> dict:
+    return {"category": category, "completion": completion, "answer": answer, "expected": expected, "note": note}
+
+
+def load_cases(*, real: bool = True, full: bool = False) -> list[dict]:
+    """Hand-made cases (``cases.jsonl``) plus, when the data is present, the real-data cases."""
+    cases = _rows(Path(__file__).with_name("cases.jsonl"))
+    if real:
+        extra = real_cases(full=full)
+        counts: dict[str, int] = {}
+        for c in extra:
+            counts[c["category"]] = counts.get(c["category"], 0) + 1
+            c["id"] = f"{c['category']}-{counts[c['category']]:04d}"
+        cases += extra
+    return cases
