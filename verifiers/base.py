@@ -68,6 +68,21 @@ class Reward:
         return self.status in ("timeout", "error")
 
 
+def coerce_reward(value: Any) -> Reward:
+    """A :class:`Reward` from what a verifier returned: a Reward as is, a number as an ``ok`` score,
+    ``None`` as ``abstain``; anything else is the verifier's error."""
+    if isinstance(value, Reward):
+        return value
+    if value is None:
+        return Reward(0.0, status="abstain")
+    if isinstance(value, bool) or isinstance(value, (int, float)):
+        score = float(value)
+        if math.isfinite(score):
+            return Reward(score)
+        return Reward(0.0, status="error", info={"error": f"verifier returned a non-finite score {value!r}"})
+    return Reward(0.0, status="error", info={"error": f"verifier returned {type(value).__name__}, not a Reward"})
+
+
 class Verifier:
     """Base class for reward plugins (subclassing is optional: any object with ``name`` and
     ``score`` works).
@@ -78,6 +93,9 @@ class Verifier:
 
     name: ClassVar[str] = "verifier"
     description: ClassVar[str] = ""
+    #: False for verifiers whose score may change between calls (sampling judges, learned models):
+    #: the runner then never serves them from its cache.
+    cacheable: ClassVar[bool] = True
 
     def score(self, completion: str, reference: dict) -> Reward:  # pragma: no cover - interface
         raise NotImplementedError

@@ -97,6 +97,23 @@ def get_verifier(name: str, **options: Any) -> Any:
     return verifier
 
 
+def describe_verifier(name: str) -> dict[str, Any]:
+    """``{"name", "description", "options": {option: default or "<required>"}}`` for listings."""
+    factory = verifier_factory(name)
+    doc = (getattr(factory, "description", "") or (inspect.getdoc(factory) or "").split("\n")[0]).strip()
+    options: dict[str, Any] = {}
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        params = []
+    for p in params:
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self":
+            options[p.name] = "<required>" if p.default is inspect.Parameter.empty else p.default
+        elif p.kind is p.VAR_KEYWORD:
+            options["**" + p.name] = "<any>"
+    return {"name": name, "description": doc, "options": options}
+
+
 def verifier_options(factory: Callable) -> list[str] | None:
     """Keyword options a factory accepts, or None when it takes ``**kwargs`` (anything goes)."""
     try:

@@ -1,43 +1,91 @@
 """Score batches of completions: the one way the trainer calls verifiers.
 
-This first version scores in the calling process, one item after another, and turns any
-exception a verifier raises into ``status="error"``. The process pool with hard per-item
-deadlines, the results cache and per-verifier latency metrics build on the same interface.
+:class:`VerifierRunner` adds to a verifier what training needs around it:
+
+* **a hard per-item deadline** (``workers > 0``): items are scored in a pool of worker processes
+  (:mod:`verifiers.pool`); an item that overruns is killed with its worker, which is replaced, and
+  the item gets ``status="timeout"``. No signals are involved, so it behaves the same from any
+  thread. With ``workers=0`` items are scored in the calling thread: no process overhead, but
+  **no deadline** — a pathological answer can stall the caller. Use it only for cheap verifiers
+  you trust (``numeric``, ``format``, ``length``, ``repetition``).
+* **a results cache** keyed by (verifier, options, completion, reference), bounded (LRU), and
+  duplicates inside a batch are scored once;
+* **metrics** per verifier: status counts, p50/p95 latency (over the last 10,000 scored items),
+  cache hits.
+
+It never raises because a verifier failed: such items come back with ``status="error"`` or
+``"timeout"``. It does raise for configuration errors (an unknown verifier or option).
+
+A verifier is shipped to the workers pickled; one that cannot be (defined in ``__main__``, holding
+an open handle) is scored in the calling thread instead, with a one-time warning.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import pickle
+import threading
 import time
-from collections import Counter
+import weakref
+from collections import Counter, deque
 from typing import Any, Sequence
 
-from verifiers.base import Reward
+from verifiers.base import Reward, coerce_reward
+from verifiers.cache import RewardCache, copy_reward, item_key, spec_key
+from verifiers.pool import WorkerPool
 from verifiers.registry import get_verifier
+
+logger = logging.getLogger(__name__)
+LATENCY_WINDOW = 10_000
+
+
+def default_workers() -> int:
+    """The default pool size: one worker per core, at most four."""
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 class VerifierRunner:
     """Scores ``(completion, reference)`` pairs with a named verifier.
 
+    Args:
+        workers: worker processes. ``None`` (the default) = :func:`default_workers` (one per core,
+            at most 4), started on first use; ``0`` = score in the calling thread, *without* a
+            deadline (see the module docstring).
+        timeout_s: the hard deadline per item, in seconds (with ``workers > 0``).
+        cache_size: results kept in the LRU cache (0 disables it).
+        memory_mb: data-segment limit of each worker process (a runaway answer fails with an
+            error instead of eating the machine's memory); 0 = no limit.
+
     Example::
 
-        runner = VerifierRunner()
-        rewards = runner.score_batch("numeric", ["so 42"], [{"answer": "42"}])
-        rewards[0].score  # 1.0
+        with VerifierRunner(workers=2, timeout_s=5) as runner:
+            rewards = runner.score_batch("math", ["so \\\\boxed{42}"], [{"answer": "42"}])
+            rewards[0].score  # 1.0
+            runner.metrics()  # {"verify/math/ok": 1.0, "verify/math/latency_p50_ms": ..., ...}
     """
 
-    def __init__(self, *, workers: int = 0, timeout_s: float = 10.0):
-        self.workers = workers
-        self.timeout_s = timeout_s
-        self._verifiers: dict[tuple, Any] = {}
+    def __init__(self, *, workers: int | None = None, timeout_s: float = 10.0, cache_size: int = 50_000,
+                 memory_mb: int = 4096):
+        self.workers = default_workers() if workers is None else int(workers)
+        if self.workers < 0:
+            raise ValueError("workers must be >= 0")
+        if not timeout_s > 0:
+            raise ValueError("timeout_s must be > 0")
+        self.timeout_s = float(timeout_s)
+        self.memory_mb = int(memory_mb)
+        self.cache = RewardCache(cache_size)
+        self._pool: WorkerPool | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._lock = threading.Lock()
+        self._impls: dict[str, Any] = {}
+        self._blobs: dict[str, bytes | None] = {}
+        self._in_process: set[str] = set()
         self._status: dict[str, Counter] = {}
-        self._latency: dict[str, list[float]] = {}
+        self._latency: dict[str, deque] = {}
+        self._hits: Counter = Counter()
 
-    def _get(self, name: str, options: dict) -> Any:
-        key = (name, tuple(sorted(options.items(), key=lambda kv: kv[0])))
-        if key not in self._verifiers:
-            self._verifiers[key] = get_verifier(name, **options)
-        return self._verifiers[key]
-
+    # ------------------------------------------------------------------ scoring
     def score_batch(
         self,
         verifier: str,
@@ -48,42 +96,143 @@ class VerifierRunner:
         """One :class:`Reward` per completion, in order. Never raises for a verifier's failure."""
         if len(completions) != len(references):
             raise ValueError(f"{len(completions)} completions but {len(references)} references")
-        impl = self._get(verifier, dict(options or {}))
-        rewards = []
-        for completion, reference in zip(completions, references):
-            start = time.perf_counter()
-            try:
-                reward = impl.score(completion, reference)
-            except Exception as exc:  # a broken verifier must not kill training
-                reward = Reward(0.0, status="error", info={"error": repr(exc)})
-            reward.latency_s = reward.latency_s or (time.perf_counter() - start)
-            rewards.append(reward)
-        self._record(verifier, rewards)
+        opts = dict(options or {})
+        spec = spec_key(verifier, opts)
+        impl = self._impl(spec, verifier, opts)
+        cacheable = bool(getattr(impl, "cacheable", True)) and self.cache.max_items > 0
+        out: list[Reward | None] = [None] * len(completions)
+        keys: list[bytes | None] = [None] * len(completions)
+        first: dict[bytes, int] = {}
+        duplicates: list[tuple[int, int]] = []
+        work: list[tuple[int, str, dict]] = []
+        hits = 0
+        for i, (completion, reference) in enumerate(zip(completions, references)):
+            completion = completion if isinstance(completion, str) else str(completion)
+            if cacheable:
+                keys[i] = key = item_key(spec, completion, reference)
+                cached = self.cache.get(key)
+                if cached is not None:
+                    out[i] = cached
+                    hits += 1
+                    continue
+                if key in first:  # the same item twice in one batch: score it once
+                    duplicates.append((i, first[key]))
+                    continue
+                first[key] = i
+            work.append((i, completion, reference))
+        computed = self._compute(spec, impl, work)
+        for i, reward in computed.items():
+            out[i] = reward
+            if cacheable:
+                self.cache.put(keys[i], reward)
+        for i, j in duplicates:
+            out[i] = copy_reward(out[j])
+        self._record(verifier, out, [computed[i].latency_s for i in computed], hits)
+        return out  # type: ignore[return-value]
+
+    def _impl(self, spec: str, name: str, options: dict) -> Any:
+        with self._lock:
+            impl = self._impls.get(spec)
+        if impl is None:
+            impl = get_verifier(name, **options)  # unknown names/options raise here, loudly
+            with self._lock:
+                impl = self._impls.setdefault(spec, impl)
+        return impl
+
+    def _compute(self, spec: str, impl: Any, work: list[tuple[int, str, dict]]) -> dict[int, Reward]:
+        if not work:
+            return {}
+        if self.workers == 0 or spec in self._in_process:
+            return {i: _score_here(impl, c, r) for i, c, r in work}
+        blob = self._blob(spec, impl)
+        if blob is None:
+            return {i: _score_here(impl, c, r) for i, c, r in work}
+        results, unportable, note = self._get_pool().run(spec, blob, work, self.timeout_s)
+        rewards = {i: _from_tuple(t) for i, t in results.items()}
+        if unportable:
+            self._go_in_process(spec, f"the worker could not rebuild it ({note})")
+            by_id = {i: (c, r) for i, c, r in work}
+            rewards.update({i: _score_here(impl, *by_id[i]) for i in unportable})
         return rewards
 
-    def _record(self, verifier: str, rewards: list[Reward]) -> None:
-        self._status.setdefault(verifier, Counter()).update(r.status for r in rewards)
-        lat = self._latency.setdefault(verifier, [])
-        lat.extend(r.latency_s for r in rewards)
-        del lat[:-10_000]  # bounded memory: percentiles over the most recent items
+    def _blob(self, spec: str, impl: Any) -> bytes | None:
+        if spec not in self._blobs:
+            try:
+                blob = pickle.dumps(impl, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:
+                blob = None
+                self._go_in_process(spec, f"it cannot be pickled ({type(exc).__name__}: {exc})")
+            if blob is not None and getattr(type(impl), "__module__", "") == "__main__":
+                blob = None  # a fresh worker cannot import the parent's __main__
+                self._go_in_process(spec, "it is defined in __main__")
+            self._blobs[spec] = blob
+        return self._blobs[spec]
+
+    def _go_in_process(self, spec: str, why: str) -> None:
+        if spec not in self._in_process:
+            self._in_process.add(spec)
+            logger.warning("verifier %s is scored in the calling process without a deadline: %s",
+                           spec.split("\0")[0], why)
+
+    def _get_pool(self) -> WorkerPool:
+        with self._lock:
+            if self._pool is None or self._pool.closed:
+                self._pool = WorkerPool(self.workers, memory_mb=self.memory_mb)
+                self._finalizer = weakref.finalize(self, self._pool.close)
+            return self._pool
+
+    # ------------------------------------------------------------------ metrics
+    def _record(self, verifier: str, rewards: list, latencies: list[float], hits: int) -> None:
+        with self._lock:
+            self._status.setdefault(verifier, Counter()).update(r.status for r in rewards)
+            self._latency.setdefault(verifier, deque(maxlen=LATENCY_WINDOW)).extend(latencies)
+            self._hits[verifier] += hits
 
     def metrics(self) -> dict[str, float]:
-        """Status counts and p50/p95 latency per verifier, as flat ``verify/...`` metric names."""
+        """Cumulative status counts, cache hits and p50/p95 latency per verifier, as flat
+        ``verify/<name>/<status>``, ``verify/<name>/cache_hits``, ``verify/<name>/latency_p50_ms``,
+        ``verify/<name>/latency_p95_ms`` metric names."""
         out: dict[str, float] = {}
-        for name, counts in self._status.items():
-            for status, n in counts.items():
-                out[f"verify/{name}/{status}"] = float(n)
-            lat = sorted(self._latency.get(name, []))
-            if lat:
-                out[f"verify/{name}/latency_p50_ms"] = 1e3 * lat[len(lat) // 2]
-                out[f"verify/{name}/latency_p95_ms"] = 1e3 * lat[min(len(lat) - 1, int(0.95 * len(lat)))]
+        with self._lock:
+            for name, counts in self._status.items():
+                for status, n in counts.items():
+                    out[f"verify/{name}/{status}"] = float(n)
+                out[f"verify/{name}/cache_hits"] = float(self._hits[name])
+                lat = sorted(self._latency.get(name, ()))
+                if lat:
+                    out[f"verify/{name}/latency_p50_ms"] = 1e3 * lat[len(lat) // 2]
+                    out[f"verify/{name}/latency_p95_ms"] = 1e3 * lat[min(len(lat) - 1, int(0.95 * len(lat)))]
         return out
 
+    # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
-        self._verifiers.clear()
+        """Stop the worker processes (a later :meth:`score_batch` starts new ones)."""
+        with self._lock:
+            finalizer, self._finalizer, self._pool = self._finalizer, None, None
+        if finalizer is not None:
+            finalizer()
 
     def __enter__(self) -> "VerifierRunner":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _score_here(impl: Any, completion: str, reference: dict) -> Reward:
+    start = time.perf_counter()
+    try:
+        reward = coerce_reward(impl.score(completion, reference))
+    except Exception as exc:  # a broken verifier must not kill training
+        reward = Reward(0.0, status="error", info={"error": f"{type(exc).__name__}: {exc}"[:1000]})
+    if not reward.latency_s:
+        reward.latency_s = time.perf_counter() - start
+    return reward
+
+
+def _from_tuple(t: tuple) -> Reward:
+    score, status, components, latency_s, info = t
+    try:
+        return Reward(score, status, components, latency_s, info)
+    except (ValueError, TypeError) as exc:
+        return Reward(0.0, "error", latency_s=latency_s, info={"error": f"invalid reward from verifier: {exc}"})
