@@ -1,0 +1,81 @@
+"""Per-phase time split of a GRPO step on the tiny model (CPU by default).
+
+    python benchmarks/step_time.py [--steps 30] [--device cpu] [--shape quickstart|trl]
+
+Shapes:
+    quickstart  32 prompts x 8 samples, 5 new tokens, the quickstart's 0.54M-parameter model
+    trl         8 prompts x 8 samples, 16 new tokens, a ~1M-parameter Llama (the shape of the TRL
+                figure in ../shared/FACTS.md: ~3.1 s median per step at beta 0 on these machines)
+
+Prints the median seconds of each phase (generate / verify / update / whole step) over the
+steps after a warm-up, each phase's share of the step, and generated tokens per second. The
+machines are shared and noisy: compare medians, and compare runs made one right after another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+SHAPES = {
+    "quickstart": dict(model=dict(hidden_size=128, intermediate_size=512, num_layers=2, num_heads=4),
+                       prompts=32, group=8, new_tokens=5),
+    "trl": dict(model=dict(hidden_size=192, intermediate_size=768, num_layers=2, num_heads=4),
+                prompts=8, group=8, new_tokens=16),
+}
+
+
+def run(shape: str, steps: int, device: str, beta: float, warmup: int = 3) -> dict[str, float]:
+    from rlvr import grpo
+    from rlvr.config import RunConfig, build_config
+    from rlvr.models import build_tiny_model, load_policy
+    from rlvr.tracking import read_metrics
+
+    spec = SHAPES[shape]
+    with tempfile.TemporaryDirectory() as tmp:
+        model = build_tiny_model(Path(tmp) / "model", **spec["model"])
+        n_params = sum(p.numel() for p in load_policy(model).parameters())
+        config = build_config(RunConfig, {
+            "out": str(Path(tmp) / "run"), "model": {"path": str(model)},
+            "data": [{"task": "arithmetic", "options": {"style": "bare"}}],
+            "generation": {"max_new_tokens": spec["new_tokens"]},
+            "algorithm": {"preset": "grpo", "beta": beta},
+            "optim": {"lr": 1e-4},
+            "train": {"steps": steps + warmup, "prompts_per_step": spec["prompts"], "group_size": spec["group"],
+                      "micro_batch_size": 256, "device": device},
+            "eval": {"at_start": False, "at_end": False},
+            "checkpoint": {"every": 0},
+            "log": {"progress": False, "plot_every": 0},
+        })
+        grpo.train(config)
+        records = [r for r in read_metrics(Path(tmp) / "run" / "metrics.jsonl") if "time/step" in r][warmup:]
+    median = {key: statistics.median(r[key] for r in records)
+              for key in ("time/generate", "time/verify", "time/update", "time/step", "perf/tokens_per_s")}
+    median["params"] = n_params
+    return median
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=30, help="measured steps (after 3 warm-up steps)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--shape", choices=sorted(SHAPES), action="append", help="shape(s) to time (default: all)")
+    parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient (0 = no reference pass)")
+    args = parser.parse_args(argv)
+    for shape in args.shape or list(SHAPES):
+        m = run(shape, args.steps, args.device, args.beta)
+        spec = SHAPES[shape]
+        print(f"\n{shape}: {spec['prompts']} prompts x {spec['group']} samples, {spec['new_tokens']} new tokens, "
+              f"{m['params'] / 1e6:.2f}M parameters, beta {args.beta}, device {args.device}, median of {args.steps} steps")
+        for phase in ("generate", "verify", "update"):
+            seconds = m[f"time/{phase}"]
+            print(f"  {phase:<9} {seconds * 1e3:8.1f} ms   {seconds / m['time/step']:6.1%} of the step")
+        print(f"  {'step':<9} {m['time/step'] * 1e3:8.1f} ms   generation {m['perf/tokens_per_s']:,.0f} tokens/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

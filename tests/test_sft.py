@@ -1,0 +1,54 @@
+"""SFT: completion-only loss, data sources, early stop on held-out accuracy."""
+
+import json
+
+import pytest
+import torch
+
+from rlvr import sft
+from rlvr.config import SFTConfig, build_config
+from rlvr.tracking import read_metrics
+
+
+def test_collate_masks_prompt_tokens_out_of_the_loss():
+    ids, attention, mask = sft._collate([([1, 2, 3], [7, 8, 2]), ([4], [9, 2])], pad_id=0)
+    assert ids.tolist() == [[1, 2, 3, 7, 8, 2], [0, 0, 4, 9, 2, 0]]
+    assert attention.tolist() == [[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0]]
+    assert mask.tolist() == [[1, 1, 1], [1, 1, 0]]  # completion (with EOS) only
+
+
+def test_sft_learns_and_stops_at_the_target_accuracy(tiny_model, tmp_path):
+    config = build_config(SFTConfig, {
+        "out": str(tmp_path), "model": {"path": str(tiny_model)},
+        "data": {"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}},
+        "optim": {"lr": 3e-3}, "train": {"steps": 400, "batch_size": 64},
+        "eval": {"every": 10, "max_new_tokens": 3, "stop_at_accuracy": 0.5},
+        "log": {"progress": False},
+    })
+    summary = sft.train(config)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert records[-1]["train/loss"] < records[0]["train/loss"] / 2
+    assert summary["eval_accuracy"] >= 0.5 and summary["steps"] < 400  # stopped early
+    assert (tmp_path / "final" / "model.safetensors").is_file() and (tmp_path / "metrics.png").is_file()
+
+
+def test_sft_from_a_jsonl_file(tiny_model, tmp_path):
+    data = tmp_path / "data.jsonl"
+    rows = [{"prompt": "ab", "completion": "cd"}, {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    config = build_config(SFTConfig, {"out": str(tmp_path / "run"), "model": {"path": str(tiny_model)},
+                                      "data": {"task": None, "path": str(data)}, "optim": {"lr": 1e-2},
+                                      "train": {"steps": 30, "batch_size": 2}, "log": {"progress": False}})
+    sft.train(config)
+    losses = [r["train/loss"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")]
+    assert losses[-1] < losses[0] / 3
+
+
+def test_bad_jsonl_names_file_line_and_field(tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n" + json.dumps({"prompt": "a"}) + "\n")
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: needs fields 'prompt' and 'completion'"):
+        sft._read_jsonl_examples(data, None)
+    data.write_text("{not json\n")
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1: not valid JSON"):
+        sft._read_jsonl_examples(data, None)
