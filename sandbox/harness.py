@@ -1,0 +1,242 @@
+"""The harness: runs a program, or a solution and its tests, inside the locked-down run process.
+
+Runs *inside* the sandbox, standard library only, with no class that has Python methods (see
+``sandbox.pyguard``). Two entry points, both ending the process with ``os._exit``:
+
+* :func:`run_program` — ``execute()``: the code runs as ``__main__`` like ``python solution.py``
+  (exit code, uncaught-exception traceback on stderr, atexit handlers, non-daemon threads joined).
+* :func:`run_tests` — ``run_tests()``: the setup code and the solution run once under a timer;
+  then each test runs in a fresh fork of that process, in a fresh copy of the namespace, after
+  the standard modules are restored, with its own timeout. This process (the parent) waits for
+  each test with a pidfd and kills what is left of it (``kill(-1)`` reaches every process of the
+  slot's uid except the caller) before the next one starts.
+
+Results travel as lines ``<nonce> <json>\\n`` on an inherited pipe (``RESULT_FD``): not stdout,
+not the exit code, not a file. The nonce lives only in a closure held by local variables, every
+line is written with one ``write(2)`` below PIPE_BUF (atomic), and no library code that the
+program could have patched takes part in building a line (only functions captured here, at import
+time in the zygote, before any program ran). The host counts a test as passed only when it reads
+``{"ev":"pass","i":N}`` with the right nonce; anything else on that pipe marks the run as tampered.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import json.encoder
+import os
+import select
+import signal
+import sys
+import threading
+import time
+import types
+
+from sandbox import pyguard
+
+RESULT_FD = 3
+DETAIL_CHARS = 600  # keeps every record far below PIPE_BUF (4096 bytes)
+
+# Captured at import, in the zygote, before any program ran: a program can replace module
+# attributes and builtins, but not these references (and not the C functions they point to).
+_write, _fork, _exit, _kill, _waitpid = os.write, os.fork, os._exit, os.kill, os.waitpid
+_pidfd_open, _close, _select, _setpgid = os.pidfd_open, os.close, select.select, os.setpgid
+_setitimer, _ITIMER_REAL = signal.setitimer, signal.ITIMER_REAL
+_compile, _exec, _str, _type, _isinstance, _slice = compile, exec, str, type, isinstance, slice
+_str_getitem = str.__getitem__
+_type_name = type.__dict__["__name__"].__get__
+_json_str = json.encoder.encode_basestring_ascii  # the C encoder when _json is available
+_perf = time.perf_counter
+_stdout, _stderr = sys.stdout, sys.stderr
+_excepthook = sys.__excepthook__
+_run_exitfuncs = atexit._run_exitfuncs
+_thread_shutdown = threading._shutdown
+_restore, _test_namespace = pyguard.restore_modules, pyguard.test_namespace
+_guard_functions = pyguard.guard_solution_functions
+_ReturnRejected = pyguard.ReturnRejected
+
+
+def make_emitter(fd: int, nonce: str):
+    """``emit(body)`` writes one authenticated record; ``body`` is a JSON object built here."""
+    prefix = nonce + " "
+
+    def emit(body: str) -> None:
+        _write(fd, (prefix + body + "\n").encode())
+
+    return emit
+
+
+def _text(value, limit: int = DETAIL_CHARS) -> str:
+    """An exact ``str`` of at most ``limit`` characters, without calling methods a str subclass
+    may have overridden."""
+    if not _isinstance(value, _str):
+        return "<not a string>"
+    return _str_getitem(value, _slice(0, limit))
+
+
+def describe(exc: BaseException, frames, test_name: str | None = None, source: str | None = None) -> str:
+    """``"AssertionError: msg (test line 3: assert f(2) == 4)"`` for a failed test or setup."""
+    name = _type_name(_type(exc))
+    try:
+        msg = _text(_str(exc))
+    except BaseException:  # a program-defined __str__ may raise anything
+        msg = "<unprintable>"
+    where = ""
+    if test_name is not None:
+        frames(True)  # the harness reads the traceback; no program code runs meanwhile
+        try:
+            tb, line = exc.__traceback__, None
+            while tb is not None:
+                if tb.tb_frame.f_code.co_filename == test_name:
+                    line = tb.tb_lineno
+                tb = tb.tb_next
+        finally:
+            frames(False)
+        if line is not None and source is not None:
+            lines = source.splitlines()
+            text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+            where = " (test line %d: %s)" % (line, _text(text, 200))
+    return _text("%s: %s%s" % (name, msg, where) if msg else "%s%s" % (name, where))
+
+
+def _kind(exc: BaseException) -> str:
+    if _isinstance(exc, MemoryError):
+        return "memory"
+    if _isinstance(exc, _ReturnRejected):
+        return "rejected"
+    return "failed"
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr, _stdout, _stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+
+
+# --- execute() ------------------------------------------------------------------------------
+
+def run_program(code: str, emit) -> None:
+    """Run ``code`` as ``__main__`` and exit with its exit status, like ``python solution.py``."""
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = main
+    sys.argv = ["solution.py"]
+    status = 0
+    try:
+        _exec(_compile(code, pyguard.SOLUTION_FILENAME, "exec"), main.__dict__)
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    except BaseException as exc:
+        if _isinstance(exc, MemoryError):
+            emit('{"ev":"uncaught","kind":"memory"}')
+        try:
+            _excepthook(_type(exc), exc, exc.__traceback__)
+        except BaseException:
+            pass
+        status = 1
+    for finish in (_thread_shutdown, _run_exitfuncs):  # what interpreter shutdown would do
+        try:
+            finish()
+        except BaseException:
+            pass
+    _flush()
+    _exit(status)
+
+
+def _exit_status(code) -> int:
+    if code is None:
+        return 0
+    if _isinstance(code, int):
+        return code & 0xFF
+    try:
+        _stderr.write(_text(_str(code), 10_000) + "\n")
+    except BaseException:
+        pass
+    return 1
+
+
+# --- run_tests() ----------------------------------------------------------------------------
+
+def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
+    """Setup + solution once, then each test in its own fork. Never returns."""
+    timeout = float(req["limits"]["timeout_s"])
+    ns = {"__name__": "solution", "__builtins__": builtins}
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    # SIGALRM keeps its default action (terminate): the setup phase cannot outlive its timer,
+    # and a program cannot install a handler (seccomp refuses new signal handlers).
+    _setitimer(_ITIMER_REAL, timeout)
+    try:
+        if req.get("setup"):
+            _exec(_compile(req["setup"], "<setup>", "exec"), ns)
+        _exec(_compile(req["code"], pyguard.SOLUTION_FILENAME, "exec"), ns)
+    except BaseException as exc:
+        _setitimer(_ITIMER_REAL, 0)
+        _restore(snap)
+        emit('{"ev":"setup","ok":0,"kind":"%s","detail":%s}' % (_kind(exc), _json_str(describe(exc, controls["frames"]))))
+        _flush()
+        _exit(0)
+    _setitimer(_ITIMER_REAL, 0)
+    _restore(snap)
+    emit('{"ev":"setup","ok":1}')
+    keep = frozenset(req.get("keep_names") or ())
+    kill_all = bool(req.get("kill_all"))  # else only the test's own process group can be reached
+    wrap = pyguard.make_return_guard(snap) if req.get("guard_returns") else None
+    for i, source in enumerate(req["tests"]):
+        _flush()
+        start = _perf()
+        pid = _fork()
+        if pid == 0:
+            _one_test(i, source, ns, snap, keep, wrap, emit, controls)
+        kind, code = _wait_test(pid, timeout)
+        emit('{"ev":"end","i":%d,"kind":"%s","code":%d,"wall_s":%.6f}' % (i, kind, code, _perf() - start))
+        try:  # whatever the test left behind (daemons, setsid'ed children)
+            _kill(-1 if kill_all else -pid, signal.SIGKILL)
+        except OSError:
+            pass
+    emit('{"ev":"done"}')
+    _flush()
+    _exit(0)
+
+
+def _one_test(i: int, source: str, ns: dict, snap: dict, keep, wrap, emit, controls) -> None:
+    """In the forked test process: restore, build the namespace, run, report. Never returns."""
+    name = "<test %d>" % i
+    try:
+        _setpgid(0, 0)
+        _restore(snap)
+        tns = _test_namespace(ns, snap, keep)
+        if wrap is not None:
+            _guard_functions(tns, wrap)
+        controls["set_test_globals"](tns)
+        _exec(_compile(source, name, "exec"), tns)
+    except BaseException as exc:
+        detail = describe(exc, controls["frames"], name, source)
+        emit('{"ev":"fail","i":%d,"kind":"%s","detail":%s}' % (i, _kind(exc), _json_str(detail)))
+        _flush()
+        _exit(1)
+    emit('{"ev":"pass","i":%d}' % i)
+    _flush()
+    _exit(0)
+
+
+def _wait_test(pid: int, timeout: float) -> tuple[str, int]:
+    """Wait for one test process: ("exited", code), ("signaled", signo) or ("timeout", 0)."""
+    pidfd = _pidfd_open(pid)
+    try:
+        ready, _, _ = _select([pidfd], [], [], timeout)
+    finally:
+        _close(pidfd)
+    if not ready:
+        for target in (-pid, pid):
+            try:
+                _kill(target, signal.SIGKILL)
+            except OSError:
+                pass
+        _waitpid(pid, 0)
+        return "timeout", 0
+    _, status = _waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return "signaled", os.WTERMSIG(status)
+    return "exited", os.WEXITSTATUS(status)

@@ -1,0 +1,131 @@
+"""How a slot's zygote is started: the bwrap command line, the read-only filesystem view, and the
+bootstrap that loads the inside modules from source.
+
+The sandbox sees (read-only) /usr, the /bin /lib /lib64 /sbin links or directories, the Python
+installation that runs the host (so ``sys.executable`` works inside), and a few /etc files the
+dynamic loader and time zone code read. It does not see the project, the host's home directory,
+the host's /tmp, /sys, or the site-packages directory (hidden by an empty tmpfs unless
+``site_packages=True``: third-party extension modules such as numpy give a program raw memory
+access, see docs/sandbox.md). bwrap itself starts with an empty environment: its own
+/proc/N/environ is readable inside the sandbox and would leak the trainer's secrets otherwise.
+
+The inside modules (guard, pyguard, harness, zygote) are not bind-mounted (that would expose a
+project path): their source travels in the ``-c`` argument, and a small bootstrap installs them
+as ``sandbox.*`` modules before calling ``sandbox.zygote.main``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+INSIDE_MODULES = ("guard", "pyguard", "harness", "zygote")  # dependency order
+
+_BOOTSTRAP = """\
+import json, sys, types
+pkg = types.ModuleType("sandbox")
+pkg.__path__ = []
+sys.modules["sandbox"] = pkg
+for name, source in json.loads(sys.argv[1]).items():
+    mod = types.ModuleType("sandbox." + name)
+    mod.__file__ = "<sandbox/" + name + ".py>"
+    sys.modules[mod.__name__] = mod
+    setattr(pkg, name, mod)
+    exec(compile(source, mod.__file__, "exec"), mod.__dict__)
+del pkg, name, source, mod
+sys.modules["sandbox.zygote"].main(json.loads(sys.argv[2]))
+"""
+
+# Test-only CPython extension modules: memory-unsafe helpers a program must not load. pyguard
+# refuses importing them by name; masking the files also stops loading them by path.
+_MASKED_EXTENSIONS = ("_testcapi", "_testinternalcapi", "_testbuffer", "_testmultiphase",
+                      "_testimportmultiple", "_testclinic", "_testsinglephase", "_ctypes_test",
+                      "_xxtestfuzz", "xxlimited", "xxlimited_35", "_xxsubinterpreters",
+                      "_xxinterpchannels", "xxsubtype")
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/alternatives")
+
+
+def inside_sources() -> dict[str, str]:
+    """Module name -> source text of the modules that run inside the sandbox."""
+    here = Path(__file__).resolve().parent
+    return {name: (here / f"{name}.py").read_text() for name in INSIDE_MODULES}
+
+
+def python_command(config: dict, *, site_packages: bool = False) -> list[str]:
+    """``python -I -S -B -c BOOTSTRAP SOURCES CONFIG`` for the current interpreter."""
+    flags = ["-I", "-B"] + ([] if site_packages else ["-S"])
+    return [sys.executable, *flags, "-c", _BOOTSTRAP, json.dumps(inside_sources()), json.dumps(config)]
+
+
+def _python_dirs() -> list[str]:
+    """Directories the interpreter needs, outside /usr (pyenv, conda, a venv...)."""
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+            str(Path(os.path.realpath(sys.executable)).parent.parent)}
+    return sorted(d for d in dirs if d and not (d == "/usr" or d.startswith("/usr/")) and os.path.isdir(d))
+
+
+def _site_dirs() -> list[str]:
+    paths = sysconfig.get_paths()
+    out = {paths.get("purelib"), paths.get("platlib")}
+    for prefix in {sys.base_prefix, sys.prefix}:
+        out.update(sysconfig.get_paths(vars={"base": prefix, "platbase": prefix}).get(k) for k in ("purelib", "platlib"))
+    return sorted(d for d in out if d and os.path.isdir(d))
+
+
+def _masked_extension_files() -> list[str]:
+    dynload = Path(sysconfig.get_paths()["stdlib"]) / "lib-dynload"
+    found = []
+    for name in _MASKED_EXTENSIONS:
+        found.extend(glob.glob(str(dynload / f"{name}.*.so")) + glob.glob(str(dynload / f"{name}.so")))
+    return sorted(found)
+
+
+def filesystem_args(*, site_packages: bool = False) -> list[str]:
+    """bwrap arguments that build the read-only view of the host described in the module doc."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for path in _ETC_FILES:
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    for directory in _python_dirs():
+        args += ["--ro-bind", directory, directory]
+    if not site_packages:
+        for directory in _site_dirs():
+            args += ["--tmpfs", directory]
+    for path in _masked_extension_files():
+        args += ["--ro-bind", "/dev/null", path]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    return args
+
+
+def bwrap_command(config: dict, *, as_root: bool, site_packages: bool = False) -> list[str]:
+    """The full command that starts one zygote inside bubblewrap."""
+    bwrap = shutil.which("bwrap") or "bwrap"
+    ns = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    if as_root:
+        # No user namespace: the run can then drop to a *real* unprivileged uid. bwrap keeps all
+        # capabilities for root; the zygote needs only these (unshare/mount, setuid/setgid, and
+        # kill for ending a run that belongs to another uid).
+        caps = ["--cap-drop", "ALL"]
+        for cap in ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL"):
+            caps += ["--cap-add", cap]
+    else:
+        ns = ["--unshare-user"] + ns
+        caps = []
+    life = ["--die-with-parent", "--new-session"]
+    return [bwrap, *ns, *life, *caps, *filesystem_args(site_packages=site_packages), "--",
+            *python_command(config, site_packages=site_packages)]
+
+
+def clean_env() -> dict[str, str]:
+    """The environment bwrap (or the bare zygote) starts with: empty, on purpose."""
+    return {}

@@ -1,0 +1,211 @@
+"""The pool: N warm slots, a concurrency limit, and the public calls on top of them.
+
+``SandboxPool`` checks the machine's isolation once (``sandbox.capabilities``) and refuses to
+exist when it is weaker than "no network + whole-tree kill + memory cap + read-only host view +
+unprivileged uid", unless ``allow_weak_isolation=True`` (then it warns, loudly, once). Slots start
+lazily on first use (``warm()`` starts them all now), and each call borrows one slot for the
+length of one run, so at most ``slots`` runs execute at once; more callers wait their turn. Batch
+helpers fan out over threads; the ``a*`` coroutines run a call in a worker thread so an asyncio
+trainer can await rewards.
+
+The module-level ``execute``/``run_tests`` in ``sandbox/__init__.py`` use one default pool per
+process (re-created after ``fork()``, since a child must not share the parent's zygotes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import queue
+import secrets
+import threading
+import warnings
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterable, Sequence
+
+from sandbox import detect as _caps
+from sandbox import cgroups, outcomes
+from sandbox.limits import ExecResult, Limits, TestReport
+from sandbox.slot import SandboxStartError, Slot
+
+log = logging.getLogger("sandbox")
+
+LAYERS = ("bwrap", "cgroups", "namespaces")
+
+
+class IsolationError(RuntimeError):
+    """The machine cannot give the isolation asked for (see ``capabilities()['missing']``)."""
+
+
+class SandboxPool:
+    """Warm sandbox slots behind ``execute`` / ``run_tests``.
+
+    Args:
+        slots: how many runs may execute at once (default: the number of CPUs).
+        allow_weak_isolation: accept a machine without the full isolation (warns loudly).
+        site_packages: let programs import third-party packages (numpy, ...). Off by default:
+            extension modules can hand a program raw memory access, see docs/sandbox.md.
+        layers: switch layers off by name (``{"bwrap": False}``, ``"cgroups"``, ``"namespaces"``),
+            for tests and benchmarks; anything switched off makes the isolation weak.
+
+    Example::
+
+        pool = SandboxPool(slots=2)
+        pool.execute("print(input()[::-1])", stdin="abc").stdout   # 'cba\\n'
+        pool.run_tests("def f(x): return 2 * x", ["assert f(2) == 4"]).passed   # 1
+        pool.close()
+    """
+
+    def __init__(self, slots: int | None = None, *, allow_weak_isolation: bool = False,
+                 site_packages: bool = False, layers: dict | None = None):
+        switches = {name: True for name in LAYERS}
+        for name, on in (layers or {}).items():
+            if name not in switches:
+                raise ValueError(f"unknown layer {name!r}; layers: {', '.join(LAYERS)}")
+            switches[name] = bool(on)
+        caps = dict(_caps.probe(switches["bwrap"], switches["cgroups"], switches["namespaces"]))
+        if not caps["usable"]:
+            raise IsolationError("the sandbox needs Linux >= 5.3 and Python >= 3.9 (os.pidfd_open)")
+        if caps["isolation"] != "strong":
+            message = "sandbox isolation is WEAK: " + "; ".join(caps["missing"])
+            if not allow_weak_isolation:
+                raise IsolationError(message + ". Fix the machine (see docs/sandbox.md) or pass "
+                                     "allow_weak_isolation=True to accept the risk.")
+            warnings.warn(message + " -- running untrusted code anyway because allow_weak_isolation=True",
+                          RuntimeWarning, stacklevel=2)
+            log.warning("%s (allow_weak_isolation=True)", message)
+        self.caps = caps
+        self.size = max(1, int(slots or os.cpu_count() or 1))
+        self._tree = None
+        if switches["cgroups"] and caps["cgroups"]:
+            self._tree = cgroups.CgroupTree(cgroups.locate())
+        self._slots = [Slot(i, caps, self._tree.slot(i) if self._tree else None,
+                            use_bwrap=caps["bwrap"]["works"], site_packages=site_packages)
+                       for i in range(self.size)]
+        self._idle: queue.LifoQueue[Slot] = queue.LifoQueue()
+        for slot in reversed(self._slots):
+            self._idle.put(slot)
+        self._closed = False
+        self._pid = os.getpid()
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        atexit.register(_close_quietly, weakref.ref(self))
+
+    # --- public calls -----------------------------------------------------------------------------
+
+    def execute(self, code: str, *, stdin: str | bytes = "", limits: Limits = Limits()) -> ExecResult:
+        """Run ``code`` as a program (``python solution.py``) with ``stdin``; see ``ExecResult``."""
+        _check_text("code", code)
+        data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
+        nonce = secrets.token_hex(16)
+        request = {"mode": "exec", "code": code, "nonce": nonce, "limits": limits.wire()}
+        raw = self._run(request, data, limits)
+        return outcomes.exec_result(raw, nonce)
+
+    def run_tests(self, code: str, tests: Sequence[str], *, limits: Limits = Limits(), setup: str = "",
+                  keep_names: Iterable[str] = (), guard_returns: bool = False) -> TestReport:
+        """Run ``code``, then each of ``tests`` in a fresh copy of its namespace; see ``TestReport``.
+
+        ``setup`` runs before the solution in the same namespace (e.g. the dataset's imports).
+        ``keep_names``: names the tests call on purpose even though they shadow a builtin or a
+        standard module (otherwise the tests see the real builtin). ``guard_returns``: reject
+        values returned to the tests whose class the program made with operator overrides.
+        """
+        _check_text("code", code)
+        tests = list(tests)
+        for i, test in enumerate(tests):
+            _check_text(f"tests[{i}]", test)
+        _check_text("setup", setup)
+        nonce = secrets.token_hex(16)
+        request = {"mode": "tests", "code": code, "tests": tests, "setup": setup, "nonce": nonce,
+                   "keep_names": sorted(set(keep_names)), "guard_returns": bool(guard_returns),
+                   "limits": limits.wire()}
+        raw = self._run(request, b"", limits)
+        return outcomes.test_report(raw, nonce, len(tests))
+
+    def execute_many(self, programs: Sequence[tuple[str, str]], *, limits: Limits = Limits()) -> list[ExecResult]:
+        """``execute`` for each ``(code, stdin)``, ``slots`` at a time; results in input order."""
+        return list(self._fan_out(lambda item: self.execute(item[0], stdin=item[1], limits=limits), programs))
+
+    def run_tests_many(self, items: Sequence[tuple[str, Sequence[str]]], *, limits: Limits = Limits(),
+                       **options) -> list[TestReport]:
+        """``run_tests`` for each ``(code, tests)``, ``slots`` at a time; results in input order."""
+        return list(self._fan_out(lambda item: self.run_tests(item[0], item[1], limits=limits, **options), items))
+
+    async def aexecute(self, code: str, **kwargs) -> ExecResult:
+        """``execute`` without blocking the event loop."""
+        return await asyncio.to_thread(self.execute, code, **kwargs)
+
+    async def arun_tests(self, code: str, tests: Sequence[str], **kwargs) -> TestReport:
+        """``run_tests`` without blocking the event loop."""
+        return await asyncio.to_thread(self.run_tests, code, tests, **kwargs)
+
+    def warm(self) -> None:
+        """Start every slot now (in parallel) instead of on first use."""
+        def start(slot: Slot) -> None:
+            if not slot.alive:
+                slot.start()
+
+        list(self._fan_out(start, self._slots))
+
+    def close(self) -> None:
+        """Stop every slot and remove the pool's cgroups. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if os.getpid() != self._pid:
+            return  # a forked child does not own these processes
+        for slot in self._slots:
+            slot.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+        if self._tree is not None:
+            self._tree.destroy()
+
+    def __enter__(self) -> "SandboxPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- internals --------------------------------------------------------------------------------
+
+    def _run(self, request: dict, stdin: bytes, limits: Limits) -> outcomes.RawRun:
+        if self._closed:
+            raise RuntimeError("this SandboxPool is closed")
+        if os.getpid() != self._pid:
+            raise RuntimeError("a SandboxPool cannot be used after fork(); create one in the child")
+        slot = self._idle.get()
+        try:
+            try:
+                if not slot.alive:
+                    slot.start()
+            except (SandboxStartError, OSError) as exc:
+                return outcomes.RawRun(error=f"the sandbox could not start: {exc}")
+            return slot.run(request, stdin, limits)
+        finally:
+            self._idle.put(slot)
+
+    def _fan_out(self, fn, items):
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="sandbox")
+        return self._executor.map(fn, items)
+
+
+def _check_text(name: str, value) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+
+
+def _close_quietly(ref) -> None:
+    pool = ref()
+    if pool is not None:
+        try:
+            pool.close()
+        except Exception:  # interpreter shutdown: best effort
+            pass

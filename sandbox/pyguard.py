@@ -1,0 +1,278 @@
+"""Interpreter-level guard: keeps a program from reaching into the test harness that runs it.
+
+Runs *inside* the sandbox, standard library only. Tests must run in the program's own interpreter
+(they call its functions), so a program that can walk interpreter frames or raw memory could read
+the harness's nonce, read the expected values out of the test's code, or rewrite the test. The
+kernel layers (``sandbox.guard``) take away memory access from outside (``ptrace``,
+``process_vm_*``, ``/proc/<pid>/mem``) and new signal handlers (whose frame argument is a way in).
+This module closes the in-process ways in:
+
+* an audit hook (PEP 578; it cannot be removed once added) refuses ``sys._getframe``,
+  ``tb_frame``/``gi_frame``/``cr_frame``/``ag_frame``, ``sys._current_frames``, ``gc`` object walks,
+  ``sys.settrace``/``setprofile`` (a tracer can jump over an ``assert``), every ``ctypes`` call,
+  new audit hooks, new code objects (``code.__new__``, ``__code__`` rebinding, ``marshal.loads``
+  outside the import system), reading ``__code__`` of test functions, and imports of the CPython
+  test extensions and ``cffi``;
+* :func:`restore_modules` puts back, before each test, every module attribute, ``sys.modules``
+  entry and builtin that the program replaced (``math.isclose = lambda *a: True`` and friends);
+* :func:`test_namespace` gives each test a copy of the solution's namespace in which names that
+  shadow builtins or standard modules point at the real ones again (``abs = lambda x: 0``);
+* :func:`make_return_guard` (optional) rejects values returned to the tests whose class was made
+  by the program and overrides operators (the "always equal" object).
+
+What remains is documented in docs/sandbox.md: exploiting CPython memory-safety bugs, and
+semantic tricks inside the program's own classes that tests call directly.
+
+Rule for every module that runs inside (guard, pyguard, harness, zygote): define no class with
+Python methods, and keep run secrets (nonce, result writer, hook controls) in local variables.
+``object.__subclasses__()`` reaches every class, a method's ``__globals__`` reaches its module, and
+from there a program could swap the functions the harness calls; with frames refused, locals and
+closures are out of reach.
+"""
+
+from __future__ import annotations
+
+import builtins
+import gc
+import sys
+import types
+
+SOLUTION_FILENAME = "<solution>"
+TEST_FILENAME_PREFIX = "<test"
+
+_FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+_DENIED_EVENTS = frozenset({
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+    "sys.settrace", "sys.setprofile", "sys._current_frames", "sys._current_exceptions",
+    "code.__new__",
+})
+_DENIED_IMPORT_PREFIXES = (
+    "_testcapi", "_testinternalcapi", "_testbuffer", "_testmultiphase", "_testimportmultiple",
+    "_testclinic", "_testsinglephase", "_ctypes_test", "_xxtestfuzz", "_xxsubinterpreters",
+    "_xxinterpchannels", "xxlimited", "xxsubtype", "_cffi_backend", "cffi",
+)
+
+
+class _HookRefused(RuntimeError):
+    """Raised by the audit hook for ``sys.addaudithook``: CPython then silently drops the new hook."""
+
+
+def take_snapshot() -> dict:
+    """The zygote's pristine interpreter state, taken once after the preimports.
+
+    ``modules``: sys.modules as it was (minus the sandbox's own modules and ``__main__``);
+    ``dicts``: a shallow copy of each module's namespace; ``builtins``: the builtins namespace;
+    ``known_types``: ids of every class that existed (so a class made later was made by a program).
+    A plain dict on purpose: see the module docstring on why nothing here is a class with methods.
+    """
+    modules = {name: mod for name, mod in sys.modules.items()
+               if isinstance(mod, types.ModuleType) and name != "__main__"
+               and name != "sandbox" and not name.startswith("sandbox.")}
+    known: set[int] = set()
+    stack = [object]
+    while stack:
+        cls = stack.pop()
+        if id(cls) not in known:
+            known.add(id(cls))
+            stack.extend(type.__subclasses__(cls))
+    return {
+        "modules": modules,
+        "dicts": {name: dict(mod.__dict__) for name, mod in modules.items()},
+        "builtins": dict(builtins.__dict__),
+        "known_types": frozenset(known),
+    }
+
+
+def restore_modules(snap: dict) -> int:
+    """Undo what a program did to shared interpreter state; returns how many entries were reset.
+
+    Only identity changes are undone: caches that modules mutate in place (``re._cache``) are the
+    same objects and stay as they are. Attributes a program *added* are left alone (harmless).
+    """
+    fixed = 0
+    modules = snap["modules"]
+    for name, mod in modules.items():
+        if sys.modules.get(name) is not mod:
+            sys.modules[name] = mod
+            fixed += 1
+    for name, saved in snap["dicts"].items():
+        d = modules[name].__dict__
+        for key, value in saved.items():
+            if d.get(key, _MISSING) is not value:
+                d[key] = value
+                fixed += 1
+    bd = builtins.__dict__
+    for key, value in snap["builtins"].items():
+        if bd.get(key, _MISSING) is not value:
+            bd[key] = value
+            fixed += 1
+    return fixed
+
+
+_MISSING = object()
+
+
+def test_namespace(solution_ns: dict, snap: dict, keep: frozenset = frozenset()) -> dict:
+    """A fresh namespace for one test: the solution's names, minus its shadowing of builtins and
+    standard modules (``keep`` lists names the tests are meant to call, e.g. the entry point)."""
+    ns = dict(solution_ns)
+    for name in list(ns):
+        if name.startswith("__") or name in keep:
+            continue
+        if name in snap["builtins"] and ns[name] is not snap["builtins"][name]:
+            del ns[name]  # the test sees the real builtin
+        elif name in snap["modules"] and ns[name] is not snap["modules"][name]:
+            ns[name] = snap["modules"][name]
+    ns["__builtins__"] = builtins
+    return ns
+
+
+def install_audit_hook(import_code: types.CodeType | None) -> dict:
+    """Add the audit hook; returns the harness's private controls (keep them in locals only).
+
+    ``import_code`` is the code object of importlib's ``_compile_bytecode``, the one caller allowed
+    to ``marshal.loads`` (every import of a not-yet-loaded module goes through it).
+
+    The returned dict holds ``set_test_globals(ns)`` (functions whose globals are ``ns`` are test
+    code: their ``__code__`` is not readable) and ``frames(enabled)`` (lets the harness itself read
+    traceback frames while it formats a failure; nothing of the program runs meanwhile).
+    """
+    state = {"busy": False, "frames": False, "test_globals": None}
+    getframe = sys._getframe
+    gc_disable, gc_enable, gc_isenabled = gc.disable, gc.enable, gc.isenabled
+
+    def hook(event: str, args: tuple) -> None:
+        if state["busy"]:
+            return
+        if event == "sys._getframe":
+            if not state["frames"]:
+                raise ValueError("call stack is not available in the sandbox")
+            return
+        if event == "object.__getattr__":
+            name = args[1] if len(args) > 1 else None
+            if type(name) is not str:
+                raise AttributeError("attribute access refused")
+            if name in _FRAME_ATTRS and not state["frames"]:
+                raise AttributeError(f"{name} is not available in the sandbox")
+            if name == "__code__" and state["test_globals"] is not None:
+                fn = args[0]
+                if type(fn) is types.FunctionType and fn.__globals__ is state["test_globals"]:
+                    raise AttributeError("__code__ of test functions is not available in the sandbox")
+            return
+        if event == "object.__setattr__":
+            name = args[1] if len(args) > 1 else None
+            if type(name) is not str or name == "__code__":
+                raise PermissionError("rebinding __code__ is not allowed in the sandbox")
+            return
+        if event in _DENIED_EVENTS or event.startswith("ctypes."):
+            raise PermissionError(f"{event} is not allowed in the sandbox")
+        if event == "sys.addaudithook":
+            raise _HookRefused("audit hooks are reserved for the sandbox")
+        if event == "import":
+            name = args[0] if args else ""
+            if type(name) is not str or name.startswith(_DENIED_IMPORT_PREFIXES):
+                raise ImportError(f"import of {name!r} is not allowed in the sandbox")
+            return
+        if event == "marshal.loads" or event == "marshal.load":
+            # Arbitrary marshal data makes arbitrary bytecode, i.e. arbitrary memory access.
+            was_enabled = gc_isenabled()
+            gc_disable()  # no finalizer of the program may run while the hook is busy
+            state["busy"] = True
+            try:
+                caller = getframe(1).f_code
+            finally:
+                state["busy"] = False
+                if was_enabled:
+                    gc_enable()
+            if import_code is None or caller is not import_code:
+                raise PermissionError("marshal.loads is only allowed for imports in the sandbox")
+
+    def set_test_globals(ns: dict | None) -> None:
+        state["test_globals"] = ns
+
+    def frames(enabled: bool) -> None:
+        state["frames"] = bool(enabled)
+
+    sys.addaudithook(hook)
+    return {"set_test_globals": set_test_globals, "frames": frames}
+
+
+# --- the optional return guard ------------------------------------------------------------------
+
+_SAFE_DUNDERS = frozenset({
+    "__init__", "__new__", "__repr__", "__str__", "__format__", "__doc__", "__module__", "__qualname__",
+    "__dict__", "__weakref__", "__slots__", "__annotations__", "__init_subclass__", "__class_getitem__",
+    "__match_args__", "__dataclass_fields__", "__dataclass_params__", "__post_init__", "__getnewargs__",
+    "__getnewargs_ex__", "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__orig_bases__",
+    "__parameters__", "__firstlineno__", "__static_attributes__", "__abstractmethods__", "_abc_impl",
+})
+
+_GUARD_SOURCE = '''
+def check(value, depth=0, budget=[20000]):
+    """Raise if ``value`` (or something inside a plain container) is an object of a class the
+    program made that overrides an operator: such an object can compare equal to anything."""
+    budget[0] -= 1
+    if depth > 20 or budget[0] < 0:
+        return
+    t = type(value)
+    if id(t) not in known:
+        for klass in mro_of(t):
+            if id(klass) in known:
+                continue
+            for name in dict_of(klass):
+                if type(name) is str and name[:2] == "__" and name[-2:] == "__" and name not in safe:
+                    raise Rejected("returned a %s object whose class defines %s" % (klass_name(t), name))
+    if isinstance(value, containers):
+        for item in (value.items() if isinstance(value, dict) else value):
+            check(item, depth + 1, budget)
+
+def wrap(fn):
+    def guarded(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        budget = [20000]
+        check(result, 0, budget)
+        return result
+    guarded.__name__ = fn.__name__
+    guarded.__qualname__ = fn.__qualname__
+    guarded.__doc__ = fn.__doc__
+    guarded.__wrapped__ = fn
+    return guarded
+'''
+
+
+class ReturnRejected(AssertionError):
+    """A function of the program returned an object built to fake comparisons (no methods: see
+    the module docstring)."""
+
+
+def make_return_guard(snap: dict):
+    """``wrap(fn)``: a function that calls ``fn`` and rejects what :data:`_GUARD_SOURCE` describes.
+
+    Built with ``exec`` in a tiny globals dict so that the wrapper's ``__globals__`` (which tests can
+    reach) leads nowhere near the harness.
+    """
+    type_mro = type.__dict__["__mro__"].__get__
+    type_dict = type.__dict__["__dict__"].__get__
+    type_name = type.__dict__["__name__"].__get__
+    env = {
+        "__builtins__": {"type": type, "id": id, "isinstance": isinstance, "dict": dict, "str": str},
+        "known": snap["known_types"],
+        "mro_of": type_mro,
+        "dict_of": type_dict,
+        "klass_name": type_name,
+        "safe": _SAFE_DUNDERS,
+        "containers": (list, tuple, set, frozenset, dict),
+        "Rejected": ReturnRejected,
+    }
+    exec(compile(_GUARD_SOURCE, "<return guard>", "exec"), env)
+    return env["wrap"]
+
+
+def guard_solution_functions(ns: dict, wrap) -> list[str]:
+    """Replace, in a test namespace, every function the solution defined by its guarded wrapper."""
+    wrapped = []
+    for name, value in list(ns.items()):
+        if type(value) is types.FunctionType and value.__code__.co_filename == SOLUTION_FILENAME:
+            ns[name] = wrap(value)
+            wrapped.append(name)
+    return wrapped

@@ -1,0 +1,268 @@
+"""The zygote: a warm Python inside a slot's sandbox that forks one isolated run per request.
+
+Runs *inside* the sandbox (started by ``sandbox.launch``), standard library only, no classes with
+methods (see ``sandbox.pyguard``). Python start-up (45-75 ms here) costs more than every isolation
+layer together, so the zygote pays it once, preimports the modules programs commonly use, and
+then forks. One run is a small process tree::
+
+    zygote Z (root in the sandbox; serves requests one at a time on the control socket)
+     └─ R  run root: unshare(mount, pid, ipc [, net]) for this run, then fork and wait
+         └─ I  pid 1 of the run's pid namespace (root): mounts a private tmpfs on /tmp and
+              /dev/shm and a fresh /proc, forks U, enforces the run's wall-clock deadline, and
+              reports U's wait status to Z through a pipe U never holds. When I exits, the kernel
+              kills every process left in the namespace: daemons, setsid'ed children, fork bombs.
+             └─ U  the run: stdio and the result pipe on fds 0-3, everything else closed; rlimits,
+                  unprivileged uid, no_new_privs, Landlock, seccomp, audit hook; then the harness.
+
+Wire protocol (SOCK_SEQPACKET, one message each way per step):
+  Z -> host at start:  {"ev":"ready", ...}
+  host -> Z:           {"op":"run"} with fds [request memfd, stdin, stdout, stderr, results]
+                       (request JSON: id, mode "exec"|"tests", code, tests, setup, keep_names,
+                       guard_returns, nonce, limits)
+  Z -> host:           {"ev":"done","id":N, "wait":status|null, "timed_out":bool, "wall_s":s,
+                       "error":str|null}
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+
+from sandbox import guard, harness, pyguard
+
+# Modules a typical solution or test imports: loading them once here makes them free per run.
+PREIMPORTS = (
+    "array", "bisect", "collections", "copy", "dataclasses", "datetime", "decimal", "enum",
+    "fractions", "functools", "hashlib", "heapq", "itertools", "json", "math", "numbers",
+    "operator", "random", "re", "statistics", "string", "subprocess", "textwrap", "typing",
+    "unittest", "io", "threading", "queue", "abc", "contextlib", "cmath", "struct", "site",
+)
+
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+WORK_DIR = "/tmp"
+RUN_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK_DIR, "TMPDIR": WORK_DIR,
+    "LANG": "C.UTF-8", "USER": "sandbox", "LOGNAME": "sandbox",
+}
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    _check(_libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
+                       data.encode() if data else None), f"mount {target}")
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+# --- the server loop --------------------------------------------------------------------------
+
+def main(config: dict) -> None:
+    """Entry point called by the bootstrap that ``sandbox.launch`` passes to ``python -c``."""
+    for name in PREIMPORTS:
+        __import__(name)
+    sys.modules["site"].setquit()  # exit()/quit() as in a normal interpreter (we run with -S)
+    ctl = socket.socket(fileno=config["ctl_fd"])
+    ctx = {
+        "config": config,
+        "snap": pyguard.take_snapshot(),
+        "seccomp": guard.build_seccomp_filter() if config["seccomp"] else None,
+        "landlock": guard.landlock_abi() if config["landlock"] else 0,
+        "import_code": sys.modules["importlib._bootstrap_external"]._compile_bytecode.__code__,
+    }
+    devnull = os.open("/dev/null", os.O_RDWR)
+    os.dup2(devnull, 0)
+    ctl.send(json.dumps({"ev": "ready", "pid": os.getpid(), "landlock": ctx["landlock"],
+                         "seccomp": ctx["seccomp"] is not None}).encode())
+    # From here on nobody reads our stdout/stderr: silence them so a stray write can never block.
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    while True:
+        msg, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 8)
+        if not msg:
+            os._exit(0)  # the host closed the socket
+        op = json.loads(msg).get("op")
+        if op == "exit":
+            os._exit(0)
+        if op == "run" and len(fds) == 5:
+            ctl.send(json.dumps(_serve_one(fds, ctl.fileno(), ctx)).encode())
+        else:
+            for fd in fds:
+                os.close(fd)
+            ctl.send(json.dumps({"ev": "done", "id": None, "error": f"bad request {op!r}"}).encode())
+
+
+def _serve_one(fds: list[int], ctl_fd: int, ctx: dict) -> dict:
+    req_fd, stdin_fd, out_w, err_w, res_w = fds
+    req = json.loads(_read_all(req_fd))
+    os.close(req_fd)
+    status_r, status_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ctl_fd)
+            os.close(status_r)
+            _run_root(req, (stdin_fd, out_w, err_w, res_w), status_w, ctx)
+        except BaseException as exc:
+            _report(status_w, {"error": f"run root: {exc!r}"})
+        os._exit(70)
+    for fd in (stdin_fd, out_w, err_w, res_w, status_w):
+        os.close(fd)  # only the run may hold the write ends, so EOF means "the run is over"
+    _, status = os.waitpid(pid, 0)
+    raw = _read_all(status_r)
+    os.close(status_r)
+    try:
+        report = json.loads(raw) if raw else {"error": f"run root ended with status {status} and no report"}
+    except ValueError:
+        report = {"error": f"unreadable run report {raw[:200]!r}"}
+    report.update(ev="done", id=req.get("id"))
+    return report
+
+
+def _report(fd: int, report: dict) -> None:
+    try:
+        os.write(fd, json.dumps(report).encode())
+    except OSError:
+        pass
+
+
+# --- R: the run root --------------------------------------------------------------------------
+
+def _run_root(req: dict, io_fds: tuple, status_w: int, ctx: dict) -> None:
+    flags = ctx["config"]["unshare"]
+    if flags:
+        _check(_libc.unshare(flags), "unshare")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _run_init(req, io_fds, status_w, ctx)
+        except BaseException as exc:
+            _report(status_w, {"error": f"run init: {exc!r}"})
+        os._exit(70)
+    for fd in io_fds:
+        os.close(fd)
+    os.close(status_w)
+    os.waitpid(pid, 0)  # returns once every process of the run's pid namespace is gone
+    os._exit(0)
+
+
+# --- I: pid 1 of the run ----------------------------------------------------------------------
+
+def _prepare_work_dir(req: dict, config: dict) -> tuple[str, list[str]]:
+    """Mount the run's private filesystems; returns (work dir, paths the run may write)."""
+    limits, uid = req["limits"], config["uid"]
+    if config["unshare"] & CLONE_NEWNS:
+        owner = uid if uid is not None else 0
+        opts = f"size={int(limits['memory_mb']) << 20},nr_inodes={config['max_inodes']},uid={owner},gid={owner}"
+        _mount("none", "/", None, MS_REC | MS_PRIVATE, None)  # nothing we mount leaks out
+        _mount("tmpfs", WORK_DIR, "tmpfs", MS_NOSUID | MS_NODEV, opts + ",mode=0700")
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, opts + ",mode=01777")
+        if config["unshare"] & CLONE_NEWPID:
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+        return WORK_DIR, [WORK_DIR, "/dev"]
+    # Weak mode: no mount namespace, so a fresh directory that I removes afterwards.
+    work = tempfile.mkdtemp(prefix="rlvr-run-", dir=WORK_DIR)
+    if uid is not None:
+        os.chown(work, uid, uid)
+    return work, [work, "/dev/null", "/dev/zero", "/dev/full"]
+
+
+def _run_init(req: dict, io_fds: tuple, status_w: int, ctx: dict) -> None:
+    config, limits = ctx["config"], req["limits"]
+    work, writable = _prepare_work_dir(req, config)
+    if req["mode"] == "tests":
+        n = len(req["tests"])
+        budget = float(limits["timeout_s"]) * (n + 1) + 0.5 + 0.02 * n  # setup + each test + forks
+    else:
+        budget = float(limits["timeout_s"])
+    # kill(-1) from the run reaches only the run when it has its own pid namespace or its own uid.
+    req["kill_all"] = bool(config["unshare"] & CLONE_NEWPID) or config["uid"] is not None
+    started_r, started_w = os.pipe()  # U writes "\0" here just before the program starts
+    start = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        os.close(started_r)
+        try:
+            _run_user(req, io_fds, ctx, budget, work, writable, started_w)
+        except BaseException:
+            _report(started_w, {"error": "could not start the run: " + traceback.format_exc(limit=-3)})
+        os._exit(71)
+    os.close(started_w)
+    for fd in io_fds:
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    ready, _, _ = select.select([pidfd], [], [], budget)
+    timed_out = not ready
+    if timed_out:
+        _kill_run(pid)
+    _, status = os.waitpid(pid, 0)
+    wall = time.perf_counter() - start
+    if not config["unshare"] & CLONE_NEWPID:
+        _kill_run(pid)  # weak mode: the run's process group (what left it escapes; see docs)
+        shutil.rmtree(work, ignore_errors=True)
+    started = _read_all(started_r)
+    error = None
+    if not started.startswith(b"\0"):
+        error = json.loads(started).get("error") if started else f"the run died while starting (status {status})"
+    _report(status_w, {"wait": status, "timed_out": timed_out, "wall_s": wall, "error": error})
+    os._exit(0)  # as pid 1 of the run, taking every leftover process of the run with us
+
+
+def _kill_run(pid: int) -> None:
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+        except OSError:
+            pass
+
+
+# --- U: the run itself ------------------------------------------------------------------------
+
+def _run_user(req: dict, io_fds: tuple, ctx: dict, budget: float, work: str, writable: list[str],
+              started_w: int) -> None:
+    config, limits = ctx["config"], req["limits"]
+    os.setsid()
+    stdin_fd, out_w, err_w, res_w = io_fds
+    for fd, target in ((stdin_fd, 0), (out_w, 1), (err_w, 2), (res_w, harness.RESULT_FD)):
+        os.dup2(fd, target, inheritable=target != harness.RESULT_FD)
+    os.closerange(harness.RESULT_FD + 1, started_w)
+    os.closerange(started_w + 1, 1 << 20)
+    os.environ.clear()
+    os.environ.update(RUN_ENV, HOME=work, TMPDIR=work)
+    guard.lock_down(dict(limits, cpu_s=budget), uid=config["uid"], writable=writable,
+                    seccomp_program=ctx["seccomp"], landlock=ctx["landlock"],
+                    cap_address_space=config["cap_address_space"])
+    os.chdir(work)  # after the uid switch: the work dir is private to the run's uid
+    emit = harness.make_emitter(harness.RESULT_FD, req["nonce"])
+    controls = pyguard.install_audit_hook(ctx["import_code"])
+    for name in [n for n in sys.modules if n == "sandbox" or n.startswith("sandbox.")]:
+        del sys.modules[name]  # the program must not find the harness by name
+    os.write(started_w, b"\0")
+    os.close(started_w)
+    if req["mode"] == "exec":
+        harness.run_program(req["code"], emit)
+    else:
+        harness.run_tests(req, emit, ctx["snap"], controls)
