@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "rlvr.commands.quickstart",
     "rlvr.commands.train",
     "rlvr.commands.sft",
+    "rlvr.commands.eval",
     # "verifiers.cli" joins once the verifier commands land
 ]
 

@@ -56,8 +56,10 @@ class TaskConfig(Section):
 class VerifierConfig(Section):
     name: Optional[str] = Field(None, description="verifier to use; null = each problem's own (the suite's default)")
     options: dict[str, Any] = Field(default_factory=dict)
-    workers: int = Field(0, ge=0, description="verifier worker processes (0 = score in the trainer process)")
-    timeout_s: float = Field(10.0, gt=0, description="hard deadline per item (with workers > 0)")
+    workers: Optional[int] = Field(
+        None, ge=0, description="verifier worker processes, each item under a hard deadline; null = one per core "
+        "(at most 4); 0 = score in the trainer process, without a deadline (only for cheap, trusted verifiers)")
+    timeout_s: float = Field(10.0, gt=0, description="hard deadline per item, in seconds (with worker processes)")
     on_failure: Literal["mask", "zero"] = Field(
         "mask", description="samples whose verification timed out or errored: masked out of the loss, or scored 0"
     )

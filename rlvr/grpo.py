@@ -32,6 +32,7 @@ from rlvr.rollout import Batch, ProblemSampler, collate, collect_groups, sample_
 from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_rng_state
 from rlvr.suites import PromptEncoder, load_eval_suites, load_training_suites
 from rlvr.tracking import Alarms, Tracker, plot_metrics
+from verifiers.registry import verifier_factory
 from verifiers.runner import VerifierRunner
 
 
@@ -47,7 +48,14 @@ def train(config: RunConfig, *, resume: bool = False) -> dict[str, Any]:
     if resume and checkpoint is None:
         raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir / 'checkpoints'}")
 
-    # ---- models, engine, optimizer ----------------------------------------------------------
+    # ---- data and verifiers first: a wrong name fails before any model is loaded ----------------
+    suites, weights = load_training_suites(config.data)
+    sampler = ProblemSampler(suites, weights, seed=t.seed)
+    eval_suites = load_eval_suites(config)
+    check_verifiers(config.verifier.name, [p for problems in [*suites.values(), *eval_suites.values()] for p in problems])
+    runner = VerifierRunner(workers=config.verifier.workers, timeout_s=config.verifier.timeout_s)
+
+    # ---- models, engine, optimizer, logging --------------------------------------------------
     tokenizer = load_tokenizer(config.model.path)
     policy = _load_policy(config, device, checkpoint)
     reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device))
@@ -57,12 +65,7 @@ def train(config: RunConfig, *, resume: bool = False) -> dict[str, Any]:
                                 schedule=config.optim.schedule, min_ratio=config.optim.min_lr_ratio)
     sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k)
 
-    # ---- data, verifiers, logging -----------------------------------------------------------
-    suites, weights = load_training_suites(config.data)
-    sampler = ProblemSampler(suites, weights, seed=t.seed)
-    eval_suites = load_eval_suites(config)
     encode = PromptEncoder(tokenizer)
-    runner = VerifierRunner(workers=config.verifier.workers, timeout_s=config.verifier.timeout_s)
     tracker = Tracker(run_dir, tensorboard=config.log.tensorboard, wandb=config.log.wandb,
                       wandb_project=config.log.wandb_project, config=config.model_dump(mode="json"))
     alarms = Alarms(config.log.alarm_patience)
@@ -132,7 +135,7 @@ def train(config: RunConfig, *, resume: bool = False) -> dict[str, Any]:
             step_end = time.perf_counter()
 
             # ---- 5. metrics, alarms ------------------------------------------------------------
-            metrics = step_metrics(groups, samples, rollout, update, seq_kl, runner)
+            metrics = step_metrics(groups, samples, rollout, update, seq_kl, mixed=len(suites) > 1)
             metrics.update({
                 "train/lr": scheduler.get_last_lr()[0],
                 "time/generate": rollout.generate_s,
@@ -278,6 +281,12 @@ def _reference_logprobs(reference: Reference, batch: Batch, micro_batch_size: in
         return _no_grad_logprobs(ref_model, batch, micro_batch_size, temperature)
 
 
+def check_verifiers(override: str | None, problems) -> None:
+    """Every verifier the run will call exists (an unknown name lists the registered ones)."""
+    for name in {override} if override else {p.verifier for p in problems}:
+        verifier_factory(name)
+
+
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     return float((values.detach() * mask).sum() / mask.sum().clamp(min=1))
 
@@ -287,7 +296,7 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, runner: VerifierRunner) -> dict[str, float]:
+def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mixed: bool) -> dict[str, float]:
     """Everything one step logs (see the namespaces in ``rlvr/tracking.py``)."""
     raw, valid = samples.raw_scores, samples.valid
     lengths = samples.lengths.float()
@@ -319,9 +328,8 @@ def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, run
             components.setdefault(name, []).append(value)
     for name, values in components.items():
         metrics[f"reward/{name}"] = sum(values) / len(values)
-    suites = sorted({g.suite for g in groups})
-    if len(suites) > 1:
-        for suite in suites:
+    if mixed:  # several training suites: accuracy of each one drawn this step
+        for suite in sorted({g.suite for g in groups}):
             rows = [i for i, g in enumerate(groups) if g.suite == suite]
             metrics[f"reward/{suite}/accuracy"] = float(samples.correct[rows].float().mean())
     if seq_kl is not None:

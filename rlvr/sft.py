@@ -158,6 +158,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
             break
     if progress is not None:
         progress.close()
+    runner.close()
     final = run_dir / "final"
     save_final_model(model, tokenizer, final)
     tracker.close()

@@ -1,0 +1,105 @@
+"""``rlvr eval``: pass@k, accuracy, verifier statuses and throughput of a model on a task suite."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def _key_values(pairs: list[str], flag: str) -> dict:
+    import yaml
+
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise SystemExit(f"rlvr eval: {flag} {pair!r} is not of the form key=value")
+        key, value = pair.split("=", 1)
+        out[key] = yaml.safe_load(value) if value.strip() else ""
+    return out
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="measure a model on a task suite: pass@k (unbiased), accuracy, verifier statuses, throughput",
+        description="Generate --samples completions per problem with the engine, verify them with the suite's verifier "
+        "(or --verifier), and report pass@k with the unbiased estimator of Chen et al. (2021), mean accuracy, verifier "
+        "status counts and throughput. With --out, writes results.jsonl (one line per problem) and summary.json.",
+    )
+    p.add_argument("--model", required=True, help="local Hugging Face model folder (e.g. a run's final/)")
+    p.add_argument("--task", required=True, help="task suite name (see `rlvr tasks list`)")
+    p.add_argument("--split", default="test", help="suite split")
+    p.add_argument("--path", default=None, help="local data file/folder or hub dataset name for the suite")
+    p.add_argument("--task-option", action="append", default=[], metavar="k=v", help="suite option (repeatable), e.g. style=bare")
+    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems")
+    p.add_argument("--samples", type=int, default=1, help="completions per problem (n of pass@k)")
+    p.add_argument("--k", default="1", help="comma-separated k values for pass@k, each <= --samples (e.g. 1,8)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (ignored with --greedy)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold")
+    p.add_argument("--greedy", action="store_true", help="greedy decoding (every sample identical)")
+    p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per completion")
+    p.add_argument("--verifier", default=None, help="verifier to use instead of the suite's default")
+    p.add_argument("--option", action="append", default=[], metavar="k=v", help="verifier option (repeatable)")
+    p.add_argument("--workers", type=int, default=0, help="verifier worker processes (0 = in this process)")
+    p.add_argument("--batch-prompts", type=int, default=64, help="prompts generated together")
+    p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="model weights dtype")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--out", default=None, help="folder for results.jsonl and summary.json")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
+    except ValueError:
+        print(f"rlvr eval: --k must be comma-separated integers, got {args.k!r}", file=sys.stderr)
+        return 2
+    if not ks or min(ks) < 1 or max(ks) > args.samples:
+        print(f"rlvr eval: every k must lie in 1..--samples ({args.samples}), got {args.k}", file=sys.stderr)
+        return 2
+
+    from tqdm.auto import tqdm
+
+    from rlvr.engines import HFEngine, SamplingParams
+    from rlvr.evaluate import evaluate
+    from rlvr.models import load_policy, load_tokenizer
+    from rlvr.runtime import quiet_transformers, resolve_device, seed_everything
+    from rlvr.suites import PromptEncoder, load_suite
+    from verifiers.runner import VerifierRunner
+
+    quiet_transformers()
+    seed_everything(args.seed)
+    problems = load_suite(args.task, path=args.path, split=args.split,
+                          options=_key_values(args.task_option, "--task-option"), limit=args.limit)
+    device = resolve_device(args.device)
+    tokenizer = load_tokenizer(args.model)
+    model = load_policy(args.model, dtype=args.dtype, device=str(device)).eval()
+    engine = HFEngine(model, tokenizer)
+    sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                              greedy=args.greedy)
+    started = time.perf_counter()
+    with VerifierRunner(workers=args.workers) as runner, tqdm(total=len(problems), desc=f"eval {args.task}") as bar:
+        result = evaluate(engine, PromptEncoder(tokenizer), problems, runner, sampling=sampling, samples=args.samples,
+                          ks=ks, verifier=args.verifier, verifier_options=_key_values(args.option, "--option"),
+                          batch_prompts=args.batch_prompts, keep_records=args.out is not None, progress=bar.update)
+    summary = {"model": str(args.model), "task": args.task, "split": args.split, **result.summary(),
+               "wall_s": time.perf_counter() - started}
+    print(f"{args.task} ({args.split}): {result.problems} problems x {args.samples} samples")
+    for k, value in result.pass_at_k.items():
+        print(f"  pass@{k:<3} {value:.4f}")
+    print(f"  accuracy {result.accuracy:.4f}   mean score {result.mean_score:.4f}")
+    print(f"  verifier status: {dict(result.status)}")
+    print(f"  {summary['tokens_per_s']:,.0f} generated tokens/s, {summary['problems_per_s']:.2f} problems/s")
+    if args.out is not None:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        with (out / "results.jsonl").open("w") as f:
+            for record in result.records:
+                f.write(json.dumps(record) + "\n")
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        print(f"  wrote {out / 'results.jsonl'} and {out / 'summary.json'}")
+    return 0
