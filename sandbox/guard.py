@@ -179,9 +179,10 @@ def landlock_abi() -> int:
     return max(int(ret), 0)
 
 
-def install_landlock(writable: list[str], abi: int) -> None:
-    """Allow filesystem writes only beneath the ``writable`` directories, and to the ``writable``
-    files (e.g. /dev/null); needs no_new_privs."""
+def landlock_ruleset(writable: list[str], abi: int) -> int:
+    """A ruleset fd that allows filesystem writes only beneath the ``writable`` directories and to
+    the ``writable`` files (e.g. /dev/null). Rules hold inodes and Landlock ignores rules on
+    mount points hidden by a later mount, so build it after the run's mounts exist."""
     handled = LL_WRITES_V1 | (LL_REFER if abi >= 2 else 0) | (LL_TRUNCATE if abi >= 3 else 0)
     file_rights = handled & (LL_WRITE_FILE | LL_TRUNCATE)
     attr = struct.pack("Q", handled)  # struct landlock_ruleset_attr, ABI-1 size: fs rights only
@@ -196,9 +197,15 @@ def install_landlock(writable: list[str], abi: int) -> None:
                        "landlock_add_rule")
             finally:
                 os.close(fd)
-        _check(_libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, rs, 0), "landlock_restrict_self")
-    finally:
+    except BaseException:
         os.close(rs)
+        raise
+    return rs
+
+
+def landlock_restrict(ruleset_fd: int) -> None:
+    """Enforce a ruleset on the calling thread's process from now on (needs no_new_privs)."""
+    _check(_libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset_fd, 0), "landlock_restrict_self")
 
 
 # --- the whole lock-down ------------------------------------------------------------------------
@@ -221,12 +228,12 @@ def apply_rlimits(limits: dict, *, cap_address_space: bool) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
 
 
-def lock_down(limits: dict, *, uid: int | None, writable: list[str], seccomp_program: bytes | None,
-              landlock: int, cap_address_space: bool) -> dict:
+def lock_down(limits: dict, *, uid: int | None, landlock_fd: int | None, seccomp_program: bytes | None,
+              cap_address_space: bool) -> dict:
     """Apply every layer, in order, to the calling process; returns what took effect.
 
     ``uid`` None means "cannot change uid" (not root, e.g. inside an unprivileged user namespace).
-    ``writable``: the only paths Landlock lets the run write to (directories: anything beneath).
+    ``landlock_fd`` is a ruleset from :func:`landlock_ruleset` (None: no Landlock).
     Raises OSError when a layer that was detected as available fails: a run must not silently
     start with less isolation than ``capabilities()`` promised.
     """
@@ -234,8 +241,11 @@ def lock_down(limits: dict, *, uid: int | None, writable: list[str], seccomp_pro
     apply_rlimits(limits, cap_address_space=cap_address_space)
     applied["rlimits"] = True
     try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, b"1000")
+        finally:
+            os.close(fd)
         applied["oom_score_adj"] = True
     except OSError:
         applied["oom_score_adj"] = False
@@ -246,9 +256,9 @@ def lock_down(limits: dict, *, uid: int | None, writable: list[str], seccomp_pro
     applied["uid"] = os.getuid()
     _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE")
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
-    if landlock:
-        install_landlock(writable, landlock)
-    applied["landlock"] = landlock
+    if landlock_fd is not None:
+        landlock_restrict(landlock_fd)
+    applied["landlock"] = landlock_fd is not None
     if seccomp_program:
         install_seccomp(seccomp_program)
     applied["seccomp"] = bool(seccomp_program)

@@ -5,14 +5,15 @@ methods (see ``sandbox.pyguard``). Python start-up (45-75 ms here) costs more th
 layer together, so the zygote pays it once, preimports the modules programs commonly use, and
 then forks. One run is a small process tree::
 
-    zygote Z (root in the sandbox; serves requests one at a time on the control socket)
-     └─ R  run root: unshare(mount, pid, ipc [, net]) for this run, then fork and wait
-         └─ I  pid 1 of the run's pid namespace (root): mounts a private tmpfs on /tmp and
-              /dev/shm and a fresh /proc, forks U, enforces the run's wall-clock deadline, and
-              reports U's wait status to Z through a pipe U never holds. When I exits, the kernel
-              kills every process left in the namespace: daemons, setsid'ed children, fork bombs.
-             └─ U  the run: stdio and the result pipe on fds 0-3, everything else closed; rlimits,
-                  unprivileged uid, no_new_privs, Landlock, seccomp, audit hook; then the harness.
+    zygote Z (root in the sandbox; serves requests one at a time on the control socket;
+     │         before each fork: setns back to its own pid namespace, unshare a new one)
+     └─ I  pid 1 of the run's new pid namespace (root): unshares mount and ipc [and net]
+         │   namespaces, mounts a private tmpfs on /tmp and /dev/shm and a fresh /proc, forks U,
+         │   enforces the run's wall-clock deadline and reports U's wait status to Z through a
+         │   pipe U never holds. When I exits, the kernel kills every process left in the
+         │   namespace: daemons, setsid'ed children, fork bombs.
+         └─ U  the run: stdio and the result pipe on fds 0-3, everything else closed; rlimits,
+              unprivileged uid, no_new_privs, Landlock, seccomp, audit hook; then the harness.
 
 Wire protocol (SOCK_SEQPACKET, one message each way per step):
   Z -> host at start:  {"ev":"ready", ...}
@@ -26,6 +27,8 @@ Wire protocol (SOCK_SEQPACKET, one message each way per step):
 from __future__ import annotations
 
 import ctypes
+import fcntl
+import gc
 import json
 import os
 import select
@@ -49,6 +52,7 @@ PREIMPORTS = (
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+PR_SET_PDEATHSIG = 1
 WORK_DIR = "/tmp"
 RUN_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK_DIR, "TMPDIR": WORK_DIR,
@@ -68,6 +72,13 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
                        data.encode() if data else None), f"mount {target}")
 
 
+def _high(fd: int) -> int:
+    """Move a long-lived fd above the numbers a run's stdio and result pipe are dup2'ed onto."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
+    os.close(fd)
+    return moved
+
+
 def _read_all(fd: int) -> bytes:
     chunks = []
     while True:
@@ -84,14 +95,18 @@ def main(config: dict) -> None:
     for name in PREIMPORTS:
         __import__(name)
     sys.modules["site"].setquit()  # exit()/quit() as in a normal interpreter (we run with -S)
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
     ctl = socket.socket(fileno=config["ctl_fd"])
+    abi = guard.landlock_abi() if config["landlock"] else 0
     ctx = {
         "config": config,
         "snap": pyguard.take_snapshot(),
         "seccomp": guard.build_seccomp_filter() if config["seccomp"] else None,
-        "landlock": guard.landlock_abi() if config["landlock"] else 0,
+        "landlock": abi,
         "import_code": sys.modules["importlib._bootstrap_external"]._compile_bytecode.__code__,
+        "own_pidns": _high(os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)),
     }
+    gc.freeze()  # forked runs never scan (and so never copy-on-write) the zygote's objects
     devnull = os.open("/dev/null", os.O_RDWR)
     os.dup2(devnull, 0)
     ctl.send(json.dumps({"ev": "ready", "pid": os.getpid(), "landlock": ctx["landlock"],
@@ -120,22 +135,28 @@ def _serve_one(fds: list[int], ctl_fd: int, ctx: dict) -> dict:
     req = json.loads(_read_all(req_fd))
     os.close(req_fd)
     status_r, status_w = os.pipe()
+    if ctx["config"]["unshare"] & CLONE_NEWPID:
+        # unshare(CLONE_NEWPID) works once per "pid namespace for children": point that back at
+        # our own namespace first, then ask for a fresh one; the next fork becomes its pid 1.
+        _check(_libc.setns(ctx["own_pidns"], CLONE_NEWPID), "setns")
+        _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
     pid = os.fork()
     if pid == 0:
         try:
             os.close(ctl_fd)
             os.close(status_r)
-            _run_root(req, (stdin_fd, out_w, err_w, res_w), status_w, ctx)
-        except BaseException as exc:
-            _report(status_w, {"error": f"run root: {exc!r}"})
+            _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
+            _run_init(req, (stdin_fd, out_w, err_w, res_w), status_w, ctx)
+        except BaseException:
+            _report(status_w, {"error": "run init: " + traceback.format_exc(limit=-3)})
         os._exit(70)
     for fd in (stdin_fd, out_w, err_w, res_w, status_w):
         os.close(fd)  # only the run may hold the write ends, so EOF means "the run is over"
-    _, status = os.waitpid(pid, 0)
+    _, status = os.waitpid(pid, 0)  # returns once every process of the run's namespace is gone
     raw = _read_all(status_r)
     os.close(status_r)
     try:
-        report = json.loads(raw) if raw else {"error": f"run root ended with status {status} and no report"}
+        report = json.loads(raw) if raw else {"error": f"the run's init ended with status {status} and no report"}
     except ValueError:
         report = {"error": f"unreadable run report {raw[:200]!r}"}
     report.update(ev="done", id=req.get("id"))
@@ -149,31 +170,14 @@ def _report(fd: int, report: dict) -> None:
         pass
 
 
-# --- R: the run root --------------------------------------------------------------------------
-
-def _run_root(req: dict, io_fds: tuple, status_w: int, ctx: dict) -> None:
-    flags = ctx["config"]["unshare"]
-    if flags:
-        _check(_libc.unshare(flags), "unshare")
-    pid = os.fork()
-    if pid == 0:
-        try:
-            _run_init(req, io_fds, status_w, ctx)
-        except BaseException as exc:
-            _report(status_w, {"error": f"run init: {exc!r}"})
-        os._exit(70)
-    for fd in io_fds:
-        os.close(fd)
-    os.close(status_w)
-    os.waitpid(pid, 0)  # returns once every process of the run's pid namespace is gone
-    os._exit(0)
-
-
 # --- I: pid 1 of the run ----------------------------------------------------------------------
 
 def _prepare_work_dir(req: dict, config: dict) -> tuple[str, list[str]]:
     """Mount the run's private filesystems; returns (work dir, paths the run may write)."""
     limits, uid = req["limits"], config["uid"]
+    flags = config["unshare"] & ~CLONE_NEWPID
+    if flags:
+        _check(_libc.unshare(flags), "unshare")
     if config["unshare"] & CLONE_NEWNS:
         owner = uid if uid is not None else 0
         opts = f"size={int(limits['memory_mb']) << 20},nr_inodes={config['max_inodes']},uid={owner},gid={owner}"
@@ -248,13 +252,16 @@ def _run_user(req: dict, io_fds: tuple, ctx: dict, budget: float, work: str, wri
     stdin_fd, out_w, err_w, res_w = io_fds
     for fd, target in ((stdin_fd, 0), (out_w, 1), (err_w, 2), (res_w, harness.RESULT_FD)):
         os.dup2(fd, target, inheritable=target != harness.RESULT_FD)
-    os.closerange(harness.RESULT_FD + 1, started_w)
-    os.closerange(started_w + 1, 1 << 20)
     os.environ.clear()
     os.environ.update(RUN_ENV, HOME=work, TMPDIR=work)
-    guard.lock_down(dict(limits, cpu_s=budget), uid=config["uid"], writable=writable,
-                    seccomp_program=ctx["seccomp"], landlock=ctx["landlock"],
-                    cap_address_space=config["cap_address_space"])
+    # Built per run, after the mounts: Landlock skips rules on mount points that a later mount
+    # covers, so a ruleset made once for /tmp would not reach the tmpfs mounted over it.
+    landlock_fd = guard.landlock_ruleset(writable, ctx["landlock"]) if ctx["landlock"] else None
+    guard.lock_down(dict(limits, cpu_s=budget), uid=config["uid"], landlock_fd=landlock_fd,
+                    seccomp_program=ctx["seccomp"], cap_address_space=config["cap_address_space"])
+    keep = sorted({0, 1, 2, harness.RESULT_FD, started_w})
+    for low, high in zip(keep, keep[1:] + [1 << 20]):
+        os.closerange(low + 1, high)  # the control socket, the ruleset, anything inherited
     os.chdir(work)  # after the uid switch: the work dir is private to the run's uid
     emit = harness.make_emitter(harness.RESULT_FD, req["nonce"])
     controls = pyguard.install_audit_hook(ctx["import_code"])
