@@ -7,7 +7,9 @@ Runs *inside* the sandbox, standard library only, with no class that has Python 
   (exit code, uncaught-exception traceback on stderr, atexit handlers, non-daemon threads joined).
 * :func:`run_tests` — ``run_tests()``: the setup code and the solution run once under a timer;
   then each test runs in a fresh fork of that process, in a fresh copy of the namespace, after
-  the standard modules are restored, with its own timeout. This process (the parent) waits for
+  the standard modules are restored, with its own timeout. With ``guard_solution`` the
+  solution's functions the tests call are wrapped: after every call the modules tests use are
+  restored again and the returned value is checked (``pyguard.make_return_guard``). This process (the parent) waits for
   each test with a pidfd and kills what is left of it (``kill(-1)`` reaches every process of the
   slot's uid except the caller) before the next one starts.
 
@@ -162,6 +164,8 @@ def _exit_status(code) -> int:
 def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
     """Setup + solution once, then each test in its own fork. Never returns."""
     timeout = float(req["limits"]["timeout_s"])
+    # Built before the solution runs: it must not use anything the solution could replace.
+    wrap = pyguard.make_return_guard(snap) if req.get("guard_solution") else None
     ns = {"__name__": "solution", "__builtins__": builtins}
     sys.modules["__main__"] = types.ModuleType("__main__")
     # SIGALRM keeps its default action (terminate): the setup phase cannot outlive its timer,
@@ -173,16 +177,15 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
         _exec(_compile(req["code"], pyguard.SOLUTION_FILENAME, "exec"), ns)
     except BaseException as exc:
         _setitimer(_ITIMER_REAL, 0)
-        _restore(snap)
         emit('{"ev":"setup","ok":0,"kind":"%s","detail":%s}' % (_kind(exc), _json_str(describe(exc, controls["frames"]))))
         _flush()
         _exit(0)
     _setitimer(_ITIMER_REAL, 0)
-    _restore(snap)
+    # From here on this process uses only the references captured at import (the solution may
+    # have patched any module); each test process restores the modules before its test.
     emit('{"ev":"setup","ok":1}')
     keep = frozenset(req.get("keep_names") or ())
     kill_all = bool(req.get("kill_all"))  # else only the test's own process group can be reached
-    wrap = pyguard.make_return_guard(snap) if req.get("guard_returns") else None
     for i, source in enumerate(req["tests"]):
         _flush()
         start = _perf()

@@ -96,7 +96,13 @@ def filesystem_args(*, site_packages: bool = False) -> list[str]:
     for path in _ETC_FILES:
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
+    made: set[str] = set()
     for directory in _python_dirs():
+        # Parents bwrap would create copy the host's modes (/root is 0700): make them traversable.
+        for parent in reversed(Path(directory).parents[:-1]):
+            if str(parent) not in made and not str(parent).startswith("/usr"):
+                args += ["--perms", "0755", "--dir", str(parent)]
+                made.add(str(parent))
         args += ["--ro-bind", directory, directory]
     if not site_packages:
         for directory in _site_dirs():

@@ -106,13 +106,15 @@ class SandboxPool:
         return outcomes.exec_result(raw, nonce)
 
     def run_tests(self, code: str, tests: Sequence[str], *, limits: Limits = Limits(), setup: str = "",
-                  keep_names: Iterable[str] = (), guard_returns: bool = False) -> TestReport:
+                  keep_names: Iterable[str] = (), guard_solution: bool = False) -> TestReport:
         """Run ``code``, then each of ``tests`` in a fresh copy of its namespace; see ``TestReport``.
 
         ``setup`` runs before the solution in the same namespace (e.g. the dataset's imports).
         ``keep_names``: names the tests call on purpose even though they shadow a builtin or a
-        standard module (otherwise the tests see the real builtin). ``guard_returns``: reject
-        values returned to the tests whose class the program made with operator overrides.
+        standard module (otherwise the tests see the real builtin). ``guard_solution``: wrap the
+        solution's functions that the tests call, so that after every call the standard modules
+        are restored (patches made inside a call cannot fake the test's next assertions) and a
+        returned object whose class the program made with operator overrides is rejected.
         """
         _check_text("code", code)
         tests = list(tests)
@@ -121,7 +123,7 @@ class SandboxPool:
         _check_text("setup", setup)
         nonce = secrets.token_hex(16)
         request = {"mode": "tests", "code": code, "tests": tests, "setup": setup, "nonce": nonce,
-                   "keep_names": sorted(set(keep_names)), "guard_returns": bool(guard_returns),
+                   "keep_names": sorted(set(keep_names)), "guard_solution": bool(guard_solution),
                    "limits": limits.wire()}
         raw = self._run(request, b"", limits)
         return outcomes.test_report(raw, nonce, len(tests))

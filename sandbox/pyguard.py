@@ -57,11 +57,27 @@ class _HookRefused(RuntimeError):
     """Raised by the audit hook for ``sys.addaudithook``: CPython then silently drops the new hook."""
 
 
+# Modules whose *classes* tests lean on (unittest assertions, collection types, numbers): their
+# class dicts are restored too. Restoring every stdlib class costs ~8 ms, these ~0.2 ms.
+CLASS_MODULES = (
+    "unittest.case", "unittest.suite", "unittest.loader", "unittest.result", "unittest.runner",
+    "collections", "numbers", "fractions", "enum", "json.encoder", "json.decoder", "statistics",
+)
+# Modules test code calls directly (plus builtins): restored after every call into the solution
+# when the solution's functions are guarded, cheap enough to do thousands of times.
+HOT_MODULES = (
+    "math", "cmath", "operator", "collections", "itertools", "functools", "re", "string", "json",
+    "fractions", "decimal", "statistics", "numbers", "heapq", "bisect", "copy", "unittest",
+    "unittest.case", "sys", "types", "typing", "random",
+)
+
+
 def take_snapshot() -> dict:
     """The zygote's pristine interpreter state, taken once after the preimports.
 
     ``modules``: sys.modules as it was (minus the sandbox's own modules and ``__main__``);
     ``dicts``: a shallow copy of each module's namespace; ``builtins``: the builtins namespace;
+    ``classes``: (class, copy of its __dict__) for the classes of :data:`CLASS_MODULES`;
     ``known_types``: ids of every class that existed (so a class made later was made by a program).
     A plain dict on purpose: see the module docstring on why nothing here is a class with methods.
     """
@@ -75,28 +91,43 @@ def take_snapshot() -> dict:
         if id(cls) not in known:
             known.add(id(cls))
             stack.extend(type.__subclasses__(cls))
+    classes = []
+    for name in CLASS_MODULES:
+        for value in vars(modules[name]).values() if name in modules else ():
+            if isinstance(value, type) and value.__module__ == name and value.__flags__ & _HEAPTYPE:
+                classes.append((value, dict(value.__dict__)))
     return {
         "modules": modules,
         "dicts": {name: dict(mod.__dict__) for name, mod in modules.items()},
+        "hot": [name for name in HOT_MODULES if name in modules],
         "builtins": dict(builtins.__dict__),
+        "classes": classes,
         "known_types": frozenset(known),
     }
 
 
-def restore_modules(snap: dict) -> int:
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: classes written in Python (their dicts can be patched)
+
+
+def restore_modules(snap: dict, only: list[str] | None = None) -> int:
     """Undo what a program did to shared interpreter state; returns how many entries were reset.
 
-    Only identity changes are undone: caches that modules mutate in place (``re._cache``) are the
-    same objects and stay as they are. Attributes a program *added* are left alone (harmless).
+    Resets ``sys.modules`` entries, module attributes (all modules, or the names in ``only``),
+    builtins, and the class dicts of :data:`CLASS_MODULES`. Only identity changes are undone:
+    caches that modules mutate in place (``re._cache``) are the same objects and stay as they are.
+    Module attributes a program *added* are left alone (harmless); class attributes it added are
+    removed (``TestCase.assertEqual`` replaced or shadowed by a new one).
     """
     fixed = 0
     modules = snap["modules"]
-    for name, mod in modules.items():
-        if sys.modules.get(name) is not mod:
-            sys.modules[name] = mod
-            fixed += 1
-    for name, saved in snap["dicts"].items():
-        d = modules[name].__dict__
+    if only is None:
+        for name, mod in modules.items():
+            if sys.modules.get(name) is not mod:
+                sys.modules[name] = mod
+                fixed += 1
+    dicts = snap["dicts"]
+    for name in (dicts if only is None else only):
+        d, saved = modules[name].__dict__, dicts[name]
         for key, value in saved.items():
             if d.get(key, _MISSING) is not value:
                 d[key] = value
@@ -106,6 +137,16 @@ def restore_modules(snap: dict) -> int:
         if bd.get(key, _MISSING) is not value:
             bd[key] = value
             fixed += 1
+    for cls, saved in snap["classes"]:
+        current = cls.__dict__
+        if len(current) != len(saved):
+            for key in [k for k in current if k not in saved]:
+                type.__delattr__(cls, key)
+                fixed += 1
+        for key, value in saved.items():
+            if current.get(key, _MISSING) is not value:
+                type.__setattr__(cls, key, value)
+                fixed += 1
     return fixed
 
 
@@ -123,7 +164,8 @@ def test_namespace(solution_ns: dict, snap: dict, keep: frozenset = frozenset())
             del ns[name]  # the test sees the real builtin
         elif name in snap["modules"] and ns[name] is not snap["modules"][name]:
             ns[name] = snap["modules"][name]
-    ns["__builtins__"] = builtins
+    # A private copy: replacing builtins.abs from inside a call cannot reach the test's lookups.
+    ns["__builtins__"] = dict(snap["builtins"])
     return ns
 
 
@@ -228,9 +270,11 @@ def check(value, depth=0, budget=[20000]):
 
 def wrap(fn):
     def guarded(*args, **kwargs):
-        result = fn(*args, **kwargs)
-        budget = [20000]
-        check(result, 0, budget)
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            restore(snap, hot)  # what the call patched must not reach the test's next lines
+        check(result, 0, [20000])
         return result
     guarded.__name__ = fn.__name__
     guarded.__qualname__ = fn.__qualname__
@@ -246,7 +290,8 @@ class ReturnRejected(AssertionError):
 
 
 def make_return_guard(snap: dict):
-    """``wrap(fn)``: a function that calls ``fn`` and rejects what :data:`_GUARD_SOURCE` describes.
+    """``wrap(fn)``: calls ``fn``, then restores the modules tests use (:data:`HOT_MODULES`) and
+    rejects returned values as :data:`_GUARD_SOURCE` describes.
 
     Built with ``exec`` in a tiny globals dict so that the wrapper's ``__globals__`` (which tests can
     reach) leads nowhere near the harness.
@@ -263,6 +308,9 @@ def make_return_guard(snap: dict):
         "safe": _SAFE_DUNDERS,
         "containers": (list, tuple, set, frozenset, dict),
         "Rejected": ReturnRejected,
+        "restore": restore_modules,
+        "snap": snap,
+        "hot": snap["hot"],
     }
     exec(compile(_GUARD_SOURCE, "<return guard>", "exec"), env)
     return env["wrap"]

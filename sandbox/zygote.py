@@ -19,7 +19,7 @@ Wire protocol (SOCK_SEQPACKET, one message each way per step):
   Z -> host at start:  {"ev":"ready", ...}
   host -> Z:           {"op":"run"} with fds [request memfd, stdin, stdout, stderr, results]
                        (request JSON: id, mode "exec"|"tests", code, tests, setup, keep_names,
-                       guard_returns, nonce, limits)
+                       guard_solution, nonce, limits)
   Z -> host:           {"ev":"done","id":N, "wait":status|null, "timed_out":bool, "wall_s":s,
                        "error":str|null}
 """
