@@ -102,6 +102,18 @@ class ComposeVerifier(Verifier):
         self.parts = build_parts(parts, mode)
         self.cacheable = all(getattr(p.impl, "cacheable", True) for p in self.parts)
 
+    def audit_cases(self) -> list[dict]:
+        """The final-answer golden set; wrapped in the think/answer template when a ``format`` part
+        checks it (format hacks stay as they are)."""
+        from verifiers.golden import answer_probes
+
+        probes = answer_probes()
+        if any(p.name == "format" for p in self.parts):
+            for probe in probes:
+                if probe["category"] in ("golden", "hedging") and "<answer>" not in probe["completion"]:
+                    probe["completion"] = f"<think>Let me work it out.</think>\n<answer>{probe['completion']}</answer>"
+        return probes
+
     def score(self, completion: str, reference: dict) -> Reward:
         start = time.perf_counter()
         components: dict[str, float] = {}

@@ -71,6 +71,14 @@ class FormatVerifier(Verifier):
         score = passed / len(checks) if self.partial else float(passed == len(checks))
         return Reward(score, latency_s=time.perf_counter() - start, info={"checks": checks})
 
+    def audit_cases(self) -> list[dict]:
+        """Golden structure and format hacks for ``rlvr verifiers audit`` (think/answer styles only)."""
+        from verifiers.golden import format_probes
+
+        if self.style != "think_answer" or self.think_prefilled or (self.think_tag, self.answer_tag) != ("think", "answer"):
+            return []
+        return format_probes()
+
     def _tag_checks(self, text: str) -> dict[str, bool]:
         t_open, t_close = f"<{self.think_tag}>", f"</{self.think_tag}>"
         a_open, a_close = f"<{self.answer_tag}>", f"</{self.answer_tag}>"

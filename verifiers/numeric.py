@@ -51,6 +51,12 @@ class NumericVerifier(Verifier):
         self.rel_tol = rel_tol
         self.abs_tol = abs_tol
 
+    def audit_cases(self) -> list[dict]:
+        """Plain-number golden cases for ``rlvr verifiers audit`` (this verifier reads no LaTeX)."""
+        from verifiers.golden import NUMERIC_CASES, answer_probes
+
+        return answer_probes(NUMERIC_CASES)
+
     def score(self, completion: str, reference: dict) -> Reward:
         start = time.perf_counter()
         if "answer" not in reference:

@@ -95,6 +95,33 @@ class LengthVerifier(Verifier):
             spec = dict(correctness or {"name": "math"})
             self.correctness = get_verifier(spec.pop("name"), **spec.pop("options", {}), **spec)
 
+    def audit_cases(self) -> list[dict]:
+        """Exact expected scores at chosen lengths, for ``rlvr verifiers audit``."""
+        cases = []
+        if self.mode == "overlong":
+            lengths = [0, self.max_length - self.buffer, self.max_length - self.buffer // 2, self.max_length,
+                       self.max_length + 1]
+            for i, n in enumerate(lengths, 1):
+                text, ref = self._text_of_length(n)
+                cases.append({"id": f"golden-{i:02d}", "category": "golden", "completion": text, "reference": ref,
+                              "expect": overlong_penalty(n, self.max_length, self.buffer)})
+            return cases
+        for i, (answer, correct) in enumerate([("42", True), ("41", False)], 1):
+            text = f"so the answer is \\boxed{{{answer}}}"
+            n = len(text) if self.unit == "chars" else len(text.split())
+            ref = {"answer": "42", self.length_key: n}
+            r_start, r_end = self.correct if correct else self.wrong
+            cases.append({"id": f"golden-{i:02d}", "category": "golden", "completion": text, "reference": ref,
+                          "expect": cosine_reward(n, self.max_length, r_start, r_end, self.exceed_reward)})
+        return cases
+
+    def _text_of_length(self, n: int) -> tuple[str, dict]:
+        if self.unit == "chars":
+            return "a" * n, {}
+        if self.unit == "words":
+            return "a " * n, {}
+        return "a", {self.length_key: n}
+
     def score(self, completion: str, reference: dict) -> Reward:
         start = time.perf_counter()
         try:
@@ -131,6 +158,20 @@ class RepetitionVerifier(Verifier):
         if unit not in ("words", "chars"):
             raise ValueError("repetition: unit must be 'words' or 'chars'")
         self.n, self.max_penalty, self.unit = int(n), float(max_penalty), unit
+
+    def audit_cases(self) -> list[dict]:
+        """Exact expected penalties, for ``rlvr verifiers audit``."""
+        sep = " " if self.unit == "words" else ""
+        distinct = sep.join(f"w{i}" if self.unit == "words" else chr(65 + i % 26) for i in range(self.n + 5))
+        looping = sep.join(["a"] * (self.n + 4))
+        loops = len(looping.split()) if self.unit == "words" else len(looping)
+        count = loops - self.n + 1
+        return [
+            {"id": "golden-01", "category": "golden", "completion": distinct, "reference": {},
+             "expect": 0.0},
+            {"id": "golden-02", "category": "golden", "completion": looping, "reference": {},
+             "expect": self.max_penalty * (1 - 1 / count)},
+        ]
 
     def score(self, completion: str, reference: dict) -> Reward:
         start = time.perf_counter()

@@ -98,7 +98,7 @@ _INF_RE = re.compile(r"^([-+]?)\s*(?:\\infty|infinity|inf|oo)$", re.I)
 _IN_RE = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*\\in\s*")
 _CHOICE_RE = re.compile(r"^\(?\s*([A-J])\s*\)?$")
 _SCALE_WORDS = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
-_SCALE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(thousand|million|billion|trillion)\b", re.I)
+_SCALE_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(thousand|million|billion|trillion)\b", re.I)
 _NUMBER_WORDS = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
     "seventeen eighteen nineteen twenty".split())}
@@ -162,6 +162,8 @@ def _parse(s: str, percent: bool, numeric_gold: bool, depth: int) -> Answer:
 
     if "\\pm" in s or "\\mp" in s:
         pm = s.replace("\\mp", "\\pm")
+        if pm.count("\\pm") > 2:
+            return Unparsed(s, "too many \\pm")
         plus, minus = pm.replace("\\pm", "+", 1), pm.replace("\\pm", "-", 1)
         return Seq((sub(plus), sub(minus)), "pm")
 

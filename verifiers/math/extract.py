@@ -27,7 +27,6 @@ MAX_BOXES = 64
 MAX_STATEMENT = 300
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox|framebox)\s*(\{|\s+(?=\S))")
-_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 _REST = r"[\s*_]*(?P<rest>[^\n]{0,%d})" % MAX_STATEMENT
 _STATEMENT_RES = (
     # "the answer is 5", "the final answer to part (a) is: 5", "the correct option is (B)"
@@ -42,7 +41,7 @@ _FILLER_RE = re.compile(r"(?i)^(?:(?:approximately|approx\.?|about|around|roughl
 _PROSE_START = {"to", "that", "this", "what", "which", "how", "why", "because", "correct", "right", "wrong", "a", "an",
                 "the", "in", "of", "as", "we", "it", "clearly", "indeed", "given", "found", "below", "above", "not",
                 "still", "also", "different", "same", "obtained", "reached", "yes", "no"}
-_HEADING_RE = re.compile(r"(?im)^[\s#*_>]*(?:final\s+)?answer[\s*_:：]*$")
+_HEADING_RE = re.compile(r"(?im)^[ \t#*_>]*(?:final[ \t]+)?answer[ \t*_:：]*$")
 _GSM8K_RE = re.compile(r"(?m)^[ \t]*####[ \t]*(?P<rest>[^\n]{1,%d})" % MAX_STATEMENT)
 _BOLD_RE = re.compile(r"\*\*([^*\n]{1,80}?)\*\*")
 _NUMBER_RE = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?:\s*\\?%)?(?![\w])|(?<![\w.])[-+]?\.\d+")
@@ -77,6 +76,24 @@ def final_region(text: str, think_tag: str | None) -> str:
     return text
 
 
+def answer_tags(text: str, tag: str = "answer") -> list[str]:
+    """Contents of every closed ``<answer>...</answer>`` (linear scan: no regex backtracking)."""
+    lower = text.lower()
+    open_tag, close_tag = f"<{tag}>", f"</{tag}>"
+    out, pos = [], 0
+    while True:
+        start = lower.find(open_tag, pos)
+        if start < 0:
+            break
+        end = lower.find(close_tag, start)
+        if end < 0:
+            break
+        inner_start = lower.rfind(open_tag, start, end)  # <answer><answer>x</answer>: the innermost
+        out.append(text[inner_start + len(open_tag): end])
+        pos = end + len(close_tag)
+    return out
+
+
 def find_boxed(text: str) -> list[tuple[int, int, str]]:
     """``(start, end, content)`` of each outermost ``\\boxed{...}`` (last :data:`MAX_BOXES` only)."""
     matches = list(_BOX_RE.finditer(text))[-MAX_BOXES:]
@@ -103,6 +120,9 @@ def _math_chain(rest: str) -> str | None:
     first one while only connectors ("or", "and", ",") separate them; None without math segments."""
     segments = list(_MATH_SEGMENT_RE.finditer(rest))
     if not segments:
+        return None
+    prefix = _FILLER_RE.sub("", rest[: segments[0].start()].strip())
+    if len(prefix.split()) >= 3:  # "correct by plugging in $x=2$": prose that happens to hold math
         return None
     chain = [next(g for g in segments[0].groups() if g is not None)]
     for prev, seg in zip(segments, segments[1:]):
@@ -150,11 +170,18 @@ def _statements(text: str) -> list[tuple[int, str]]:
     return sorted((pos, s) for pos, s in unique.items() if s and not _NEGATION_RE.match(s) and _looks_like_answer(s))
 
 
+def _short_answer(s: str) -> bool:
+    """An answer-tag content that is an answer, not a paragraph (a paragraph goes to the fallback)."""
+    return len(s) <= MAX_STATEMENT and len([w for w in s.split() if w.isalpha() and len(w) > 1]) <= 6
+
+
 def _looks_like_answer(s: str) -> bool:
     """Drop prose that follows "answer is" in passing ("the answer is what we need to find")."""
     words = s.lower().split()
     if len([w for w in words if w.isalpha() and len(w) > 1]) > 5:
         return False  # a sentence, not an answer
+    if len(words[0]) >= 3 and words[0].strip(".,:;") in _PROSE_START:
+        return False
     if re.search(r"[\d\\$^=(){}]|\b[A-J]\b", s):
         return True
     return len(words) <= 3 and words[0] not in _PROSE_START
@@ -167,20 +194,23 @@ def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last
         text = text[-max_chars:]  # the final answer is at the end; hostile megabytes are not read
     region = final_region(text, think_tag)
 
-    tags = _ANSWER_TAG_RE.findall(region)
+    tags = answer_tags(region)
     if tags:
         answers: list[str] = []
         for content in tags:
             inner = extract(content, think_tag=None, fallback="none", max_chars=max_chars)
             if inner.found:
                 answers.extend(inner.answers)
-            elif content.strip() and len(content) <= MAX_STATEMENT:
+            elif content.strip() and _short_answer(content):
                 answers.append(content.strip())
             elif fallback == "last_number":
                 answers.extend(_last_number(content).answers)
         return Extraction([a for a in answers if a.strip()], "answer_tag")
 
     boxes = find_boxed(region)
+    last_open = region.rfind("\\boxed{")
+    if last_open >= (boxes[-1][1] if boxes else 0) and last_open >= 0:
+        return Extraction([], "truncated")  # the last box was never closed: the response was cut off
     statements = _statements(region)
     if boxes:
         last_box_end = boxes[-1][1]
@@ -206,10 +236,11 @@ def _last_number(region: str) -> Extraction:
         return Extraction([], None)
     last = matches[-1]
     # A long response that stops on a digit or an operator was probably cut off mid-answer.
-    if len(stripped) > 200 and _TRUNCATED_TAIL_RE.search(stripped):
+    if len(stripped) > 200 and _TRUNCATED_TAIL_RE.search(stripped[-64:]):
         return Extraction([], "truncated")
     line_start = stripped.rfind("\n", 0, last.start()) + 1
-    tail = _THOUSANDS_RE.sub("N", stripped[line_start: last.end() + 3]).replace("N", "0")
+    # only the end of the line: the pattern backtracks, and hostile lines are long
+    tail = _THOUSANDS_RE.sub("N", stripped[max(line_start, last.end() - 200): last.end() + 3]).replace("N", "0")
     if _ENUMERATION_RE.search(tail):
         return Extraction([], "enumeration")
     return Extraction([last.group(0)], "last_number")

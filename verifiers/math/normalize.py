@@ -61,7 +61,7 @@ _THOUSANDS_BRACE_RE = re.compile(r"(\d)\{,\}(?=\d{3})")
 _THOUSANDS_SPACE_RE = re.compile(r"(\d)\\[,;:!](?:\s*)(?=\d{3}(?!\d))")
 _COMMA_BANG_RE = re.compile(r",\s*\\!\s*")
 # A number written in a base: 52_8, 4210_{5} (the digits are the answer; the base is the question's).
-_BASE_RE = re.compile(r"(?<![A-Za-z\\_])(\d+)_\{?(\d{1,2})\}?(?![\d}])")
+_BASE_RE = re.compile(r"(?<![A-Za-z\\_\d])(\d+)_\{?(\d{1,2})\}?(?![\d}])")
 _TRAILING_RE = re.compile(r"[\s.,;:]+$")
 
 

@@ -19,7 +19,7 @@ import re
 import threading
 from functools import lru_cache
 
-MAX_CHARS = 600
+MAX_CHARS = 400
 MAX_NESTING = 24
 
 _lock = threading.Lock()
@@ -63,10 +63,14 @@ def guard(text: str) -> None:
             depth -= 1
     if best > MAX_NESTING:
         raise TooComplex("answer nested too deeply")
+    if text.count("|") > 4:  # absolute-value bars make the LaTeX grammar backtrack exponentially
+        raise TooComplex("too many '|' bars")
     if len(re.findall(r"\^", text)) > 12 or re.search(r"\^\s*\{?[^{}]*\^\s*\{?[^{}]*\^", text):
         raise TooComplex("tower of exponents")
     if re.search(r"\d{7,}\s*\}?\s*\)?\s*!|\^\s*\{?\s*\d{5,}|\d{60,}", text):
         raise TooComplex("number too large")
+    if re.search(r"\^\s*\{\s*\d+\s*\^|\^\s*\{[^{}]*\d{4,}", text):  # x^{10^{12}}, k^{12345}
+        raise TooComplex("exponent too large")
     if re.search(r"\\(?:sum|prod|int|lim)\b", text) and len(text) > 200:
         raise TooComplex("long symbolic expression")
 

@@ -34,6 +34,7 @@ from verifiers.math.normalize import normalize
 from verifiers.registry import register_verifier
 
 MAX_CANDIDATES = 16
+MAX_ANSWER_CHARS = 4000  # a final answer longer than this is not an answer (hostile or runaway output)
 _OR_RE = re.compile(r"\\(?:text|mbox|textbf|mathrm)\s*\{\s*(or|and)\s*\}|\\lor\b|\\vee\b", re.I)
 
 
@@ -114,6 +115,8 @@ class MathVerifier(Verifier):
         info["extracted"] = candidates[0] if len(candidates) == 1 else " | ".join(candidates)[:500]
         status, correct = "ok", False
         try:
+            if any(len(c) > MAX_ANSWER_CHARS for c in candidates):
+                raise TooLarge(f"answer longer than {MAX_ANSWER_CHARS} characters")
             for gold in golds:
                 correct = self._judge(gold, candidates, info)
                 if correct:

@@ -1,0 +1,213 @@
+"""VerifierRunner: process pool, hard deadline, crashes, threads, cache, metrics, fallbacks."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from verifiers import Reward, Verifier, register_verifier
+from verifiers.runner import VerifierRunner
+
+CALLS = {"n": 0}
+
+
+@register_verifier("test_behaviour")
+class Behaviour(Verifier):
+    """Does what the completion says: ok, hang, die, raise, sleep:<s>, modules, none, nan."""
+
+    def score(self, completion: str, reference: dict) -> Reward:
+        CALLS["n"] += 1
+        if completion == "hang":
+            while True:
+                pass
+        if completion == "die":
+            os._exit(3)
+        if completion == "raise":
+            raise RuntimeError("boom")
+        if completion.startswith("sleep:"):
+            time.sleep(float(completion[6:]))
+        if completion == "modules":
+            return Reward(1.0, info={"torch": "torch" in sys.modules, "pid": os.getpid()})
+        if completion == "none":
+            return None
+        return Reward(1.0 if completion == reference.get("answer") else 0.0, info={"pid": os.getpid()})
+
+
+@register_verifier("test_uncacheable")
+class Uncacheable(Behaviour):
+    cacheable = False
+
+
+@register_verifier("test_unpicklable")
+class Unpicklable(Behaviour):
+    def __init__(self):
+        self.lock = threading.Lock()  # cannot be pickled: the runner scores it in-process
+
+
+def worker_pids() -> set[int]:
+    """Live verifier worker processes started by this process."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == os.getpid() and b"verifiers._worker" in cmdline and not stat.rsplit(")", 1)[1].split()[0] == "Z":
+            pids.add(int(entry.name))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def runner():
+    with VerifierRunner(workers=2, timeout_s=1.0) as r:
+        yield r
+
+
+def test_results_in_order_with_each_failure_kind(runner):
+    items = ["a", "hang", "b", "die", "raise", "c", "none", "a"]
+    start = time.perf_counter()
+    rewards = runner.score_batch("test_behaviour", items, [{"answer": "a"}] * len(items))
+    elapsed = time.perf_counter() - start
+    assert [r.status for r in rewards] == ["ok", "timeout", "ok", "error", "error", "ok", "abstain", "ok"]
+    assert [r.score for r in rewards] == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert rewards[1].latency_s == pytest.approx(1.0) and "deadline" in rewards[1].info["error"]
+    assert "died" in rewards[3].info["error"] and "boom" in rewards[4].info["error"]
+    assert elapsed < 8
+    assert len(worker_pids()) == 2  # killed workers were replaced, none leaked
+
+
+def test_deadline_holds_when_called_from_threads(runner):
+    out: dict[int, list[str]] = {}
+
+    def work(k: int) -> None:
+        rewards = runner.score_batch("test_behaviour", ["hang" if k % 2 else f"x{k}", f"x{k}"],
+                                     [{"answer": f"x{k}"}] * 2)
+        out[k] = [r.status for r in rewards] + [str(r.score) for r in rewards]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert time.perf_counter() - start < 15
+    assert out[0] == ["ok", "ok", "1.0", "1.0"] and out[2] == ["ok", "ok", "1.0", "1.0"]
+    assert out[1][:2] == ["timeout", "ok"] and out[3][:2] == ["timeout", "ok"]
+
+
+def test_workers_import_verifiers_not_torch(runner):
+    reward = runner.score_batch("test_behaviour", ["modules"], [{}])[0]
+    assert reward.info["torch"] is False
+    assert reward.info["pid"] != os.getpid()
+
+
+def test_math_hostile_input_from_a_thread_times_out_or_errors(runner):
+    hostile = [r"\boxed{" + r"\frac{1}{" * 500 + "2" + "}" * 500 + "}", r"\boxed{9^{9^{9^{9}}}}",
+               "The answer is " + "1e|" * 1000, r"\boxed{" + "(" * 5000 + "1" + ")" * 5000 + "}", r"\boxed{42}"]
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(
+        r=runner.score_batch("math", hostile, [{"answer": "42"}] * len(hostile))))
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    rewards = result["r"]
+    assert all(r.score == 0.0 and r.status in ("ok", "error", "timeout") for r in rewards[:-1])
+    assert rewards[-1].score == 1.0
+
+
+def test_cache_and_in_batch_duplicates():
+    with VerifierRunner(workers=0) as r:
+        CALLS["n"] = 0
+        first = r.score_batch("test_behaviour", ["a", "a", "b", "a"], [{"answer": "a"}] * 4)
+        assert CALLS["n"] == 2  # "a" scored once, "b" once
+        assert [x.score for x in first] == [1.0, 1.0, 0.0, 1.0]
+        first[0].info["tampered"] = True  # callers get copies: the cache is not affected
+        second = r.score_batch("test_behaviour", ["a", "b"], [{"answer": "a"}] * 2)
+        assert CALLS["n"] == 2 and "tampered" not in second[0].info
+        assert r.score_batch("test_behaviour", ["a"], [{"answer": "b"}])[0].score == 0.0  # reference is in the key
+        assert r.score_batch("test_behaviour", ["a"], [{"answer": "a"}], {})[0].score == 1.0
+        r.score_batch("test_behaviour", ["raise", "raise"], [{}, {}])
+        r.score_batch("test_behaviour", ["raise"], [{}])
+        assert CALLS["n"] == 5  # errors are not cached (raise scored once per batch)
+        CALLS["n"] = 0
+        r.score_batch("test_uncacheable", ["a", "a"], [{"answer": "a"}] * 2)
+        assert CALLS["n"] == 2
+        m = r.metrics()
+        assert m["verify/test_behaviour/cache_hits"] == 3.0  # in-batch duplicates are not cache hits
+        assert m["verify/test_behaviour/ok"] == 8.0 and m["verify/test_behaviour/error"] == 3.0
+
+
+def test_cache_is_bounded():
+    with VerifierRunner(workers=0, cache_size=10) as r:
+        r.score_batch("test_behaviour", [str(i) for i in range(100)], [{"answer": "1"}] * 100)
+        assert len(r.cache) == 10
+
+
+def test_metrics_names(runner):
+    runner.score_batch("test_behaviour", ["a", "b"], [{"answer": "a"}] * 2)
+    m = runner.metrics()
+    for key in ("verify/test_behaviour/ok", "verify/test_behaviour/latency_p50_ms",
+                "verify/test_behaviour/latency_p95_ms", "verify/test_behaviour/timeout", "verify/test_behaviour/cache_hits"):
+        assert key in m and isinstance(m[key], float)
+    assert m["verify/test_behaviour/latency_p50_ms"] <= m["verify/test_behaviour/latency_p95_ms"]
+
+
+def test_unportable_verifier_is_scored_in_process_with_a_warning(caplog):
+    with VerifierRunner(workers=1) as r, caplog.at_level(logging.WARNING, logger="verifiers.runner"):
+        rewards = r.score_batch("test_unpicklable", ["a", "b"], [{"answer": "a"}] * 2)
+        assert [x.score for x in rewards] == [1.0, 0.0]
+        assert rewards[0].info["pid"] == os.getpid()
+        assert "without a deadline" in caplog.text
+
+
+def test_main_module_verifier_is_scored_in_process(caplog, monkeypatch):
+    """A class from the parent's __main__ pickles by reference but cannot be rebuilt in a worker."""
+    Local = type("MainLike", (Behaviour,), {"__module__": "__main__"})
+    monkeypatch.setattr(sys.modules["__main__"], "MainLike", Local, raising=False)
+    register_verifier("test_main_local", overwrite=True)(Local)
+    with VerifierRunner(workers=1) as r, caplog.at_level(logging.WARNING, logger="verifiers.runner"):
+        assert r.score_batch("test_main_local", ["a"], [{"answer": "a"}])[0].info["pid"] == os.getpid()
+        assert "__main__" in caplog.text
+
+
+def test_in_process_mode_starts_no_workers():
+    before = worker_pids()
+    with VerifierRunner(workers=0) as r:
+        assert r.score_batch("math", [r"\boxed{1}"], [{"answer": "1"}])[0].score == 1.0
+        assert worker_pids() == before
+
+
+def test_close_stops_workers_and_a_later_batch_restarts_them():
+    before = worker_pids()
+    r = VerifierRunner(workers=1, timeout_s=2)
+    r.score_batch("test_behaviour", ["a"], [{"answer": "a"}])
+    pids = worker_pids() - before
+    assert len(pids) == 1
+    r.close()
+    assert not (worker_pids() & pids)
+    assert r.score_batch("test_behaviour", ["a"], [{"answer": "a"}])[0].score == 1.0
+    r.close()
+
+
+def test_configuration_errors_raise():
+    with VerifierRunner(workers=0) as r:
+        with pytest.raises(KeyError, match="registered verifiers"):
+            r.score_batch("no_such_verifier", ["a"], [{}])
+        with pytest.raises(TypeError, match="valid options"):
+            r.score_batch("math", ["a"], [{}], {"tolerence": 1})
+        with pytest.raises(ValueError):
+            r.score_batch("math", ["a", "b"], [{}])
+    assert VerifierRunner(workers=0).score_batch("math", [], []) == []
+    with pytest.raises(ValueError):
+        VerifierRunner(workers=-1)

@@ -1,0 +1,153 @@
+"""``rlvr verify``, ``rlvr verifiers list`` and ``rlvr verifiers audit`` (verifiers/cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verifiers import cli
+from verifiers.audit import audit, format_report, verdict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="rlvr")
+    cli.add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_every_option_has_help():
+    parser = argparse.ArgumentParser(prog="rlvr")
+    sub = parser.add_subparsers(dest="command")
+    cli.add_parser(sub)
+    seen = 0
+    stack = [parser]
+    while stack:
+        p = stack.pop()
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+            elif not isinstance(action, argparse._HelpAction):
+                assert action.help, f"{p.prog}: {action.dest} has no help"
+                seen += 1
+    assert seen >= 12
+
+
+def test_parse_options():
+    assert cli.parse_options(["tolerance=1e-6", "fallback=none", 'parts=[{"name": "math"}]', "flag=true"]) == {
+        "tolerance": 1e-6, "fallback": "none", "parts": [{"name": "math"}], "flag": True}
+    assert cli.parse_options(["a=1"], '{"a": 0, "b": 2}') == {"a": 1, "b": 2}
+    with pytest.raises(SystemExit):
+        cli.parse_options(["no_equals_sign"])
+
+
+def test_verify_scores_a_file_and_writes_rewards(tmp_path, capsys):
+    lines = [
+        {"completion": "so the answer is \\boxed{42}", "answer": "42"},
+        {"completion": "The answer is 41.", "answer": "42"},
+        {"completion": "\\boxed{1,234}", "reference": {"answer": "1234"}, "id": 7},
+        {"completion": "\\boxed{3} or \\boxed{4}", "answer": "3"},
+    ]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    assert run(["verify", "--verifier", "math", "--option", "tolerance=1e-6", "--input", str(src),
+                "--output", str(out), "--workers", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert "4 items" in printed and "mean score     0.5000" in printed
+    assert "status         ok 4" in printed and "p50" in printed and "p95" in printed
+    written = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [w["reward"]["score"] for w in written] == [1.0, 0.0, 1.0, 0.0]
+    assert written[2]["id"] == 7 and written[0]["reward"]["info"]["extracted"] == "42"
+
+
+def test_verify_with_workers_and_a_composite(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"completion": "<think>6*7</think><answer>42</answer>", "answer": "42"}) + "\n")
+    rc = run(["verify", "--verifier", "compose", "--options", '{"mode": "gate", "parts": ["format", "math"]}',
+              "--input", str(src), "--workers", "1", "--timeout", "5"])
+    assert rc == 0 and "mean score     1.0000" in capsys.readouterr().out
+
+
+def test_verify_rejects_lines_without_a_completion(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"text": "x", "answer": "1"}) + "\n")
+    assert run(["verify", "--verifier", "math", "--input", str(src), "--workers", "0"]) == 2
+    assert "no 'completion' field" in capsys.readouterr().err
+
+
+def test_verifiers_list(capsys):
+    assert run(["verifiers", "list"]) == 0
+    text = capsys.readouterr().out
+    for name in ("math", "numeric", "format", "length", "repetition", "compose", "trl"):
+        assert f"\n{name} " in "\n" + text
+    assert "tolerance=1e-06" in text
+    assert run(["verifiers", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {d["name"] for d in listed} >= {"math", "compose"}
+
+
+def test_audit_math_catches_hedges_and_hostile_input(tmp_path, capsys):
+    rows = tmp_path / "rows.json"
+    assert run(["verifiers", "audit", "math", "--json", str(rows)]) == 0
+    text = capsys.readouterr().out
+    assert "result: PASS" in text and "LET THROUGH" in text  # format hacks: reported, not the math verifier's job
+    data = json.loads(rows.read_text())
+    by_category = {}
+    for row in data:
+        by_category.setdefault(row["category"], set()).add(row["verdict"].split(" (")[0])
+    assert by_category["hedging"] == {"caught"}
+    assert by_category["pathological"] == {"caught"} and by_category["giant"] == {"caught"}
+    assert by_category["golden"] <= {"ok", "caught"}
+
+
+def test_audit_reports_a_verifier_that_lets_things_through(capsys):
+    # numeric reads the last number: a hedge "41 or 42" gets credit; the audit must say so
+    report = audit("compose", {"parts": [{"name": "numeric"}]}, timeout_s=3)
+    assert not report.ok
+    assert any(r.verdict == "LET THROUGH" and r.category == "hedging" for r in report.rows)
+    assert "result: FAIL" in format_report(report)
+
+
+def test_audit_gate_format_then_math_catches_format_hacks():
+    report = audit("compose", {"mode": "gate", "parts": ["format", "math"]}, timeout_s=3)
+    assert report.ok
+    assert all(r.verdict.startswith("caught") for r in report.rows if r.category == "format_hack")
+
+
+def test_verdicts():
+    assert verdict("accept", 1.0, "ok") == "ok"
+    assert verdict("accept", 1.0, "timeout") == "MISSED"
+    assert verdict("reject", 0.0, "ok") == "caught"
+    assert verdict("reject", 1.0, "ok") == "LET THROUGH"
+    assert verdict("reject", 0.0, "timeout") == "caught (timeout)"
+    assert verdict(-0.5, -0.5, "ok") == "ok" and verdict(-0.5, 0.0, "ok") == "WRONG"
+
+
+def test_commands_do_not_import_torch():
+    code = ("import sys, argparse; from verifiers import cli; p = argparse.ArgumentParser(); "
+            "cli.add_parser(p.add_subparsers()); assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_through_the_rlvr_command_line(tmp_path, monkeypatch, capsys):
+    try:
+        import rlvr.cli as rlvr_cli
+
+        rlvr_cli.build_parser()
+    except Exception as exc:  # the trainer's own commands may not import yet
+        pytest.skip(f"rlvr command line not available: {exc}")
+    if "verifiers.cli" not in rlvr_cli.COMMAND_MODULES:  # until rlvr/cli.py lists it again
+        monkeypatch.setattr(rlvr_cli, "COMMAND_MODULES", [*rlvr_cli.COMMAND_MODULES, "verifiers.cli"])
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"completion": "\\boxed{42}", "answer": "42"}) + "\n")
+    assert rlvr_cli.main(["verify", "--verifier", "math", "--input", str(src), "--workers", "0"]) == 0
+    assert "mean score     1.0000" in capsys.readouterr().out
+    assert rlvr_cli.main(["verifiers", "list"]) == 0
+    assert "compose" in capsys.readouterr().out

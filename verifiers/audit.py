@@ -1,0 +1,114 @@
+"""Test a verifier before training: golden cases and adversarial probes, as a table.
+
+``audit("math")`` scores the verifier's golden cases (its own ``audit_cases()`` if it has one,
+else the built-in final-answer set of :mod:`verifiers.golden`) and the hostile-input probes
+(giant input, pathological LaTeX, empty answers, missing reference fields) through a
+:class:`~verifiers.runner.VerifierRunner` with a worker process, so a hang shows up as a
+``timeout`` instead of freezing the audit. Each probe gets a verdict:
+
+============  ==============================================================================
+ok            a golden case scored as expected
+MISSED        a correct response earned no credit (or the exact score differs: WRONG)
+caught        a response that must not earn credit did not (score <= 0, or timeout/error)
+LET THROUGH   a wrong, hedged, hacked or hostile response earned credit
+============  ==============================================================================
+
+``AuditReport.ok`` is False when a golden case failed or a hedge or hostile input got through;
+format hacks let through by a correctness-only verifier are reported, not failed (they are the
+``format`` verifier's job: compose the two).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from verifiers import golden
+from verifiers.registry import get_verifier
+from verifiers.runner import VerifierRunner
+
+INFORMATIONAL = ("format_hack",)
+
+
+@dataclass
+class AuditRow:
+    id: str
+    category: str
+    expect: object
+    score: float
+    status: str
+    latency_ms: float
+    verdict: str
+    extracted: object = None
+
+
+@dataclass
+class AuditReport:
+    verifier: str
+    options: dict
+    rows: list[AuditRow] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not any(r.verdict in ("MISSED", "WRONG") or (r.verdict == "LET THROUGH" and r.category not in INFORMATIONAL)
+                       for r in self.rows)
+
+    def summary(self) -> dict[str, Counter]:
+        by_category: dict[str, Counter] = {}
+        for r in self.rows:
+            by_category.setdefault(r.category, Counter())[r.verdict.split(" ")[0] if r.verdict != "LET THROUGH" else r.verdict] += 1
+        return by_category
+
+
+def probes_for(verifier) -> tuple[list[dict], str]:
+    """The verifier's golden probes plus the safety probes, and a note on where they came from."""
+    own = getattr(verifier, "audit_cases", None)
+    if callable(own):
+        cases, note = list(own()), "golden cases: the verifier's own audit_cases()"
+    else:
+        cases, note = golden.answer_probes(), "golden cases: the built-in final-answer set (reference {'answer': ...})"
+    reference = getattr(verifier, "audit_reference", None)
+    return cases + golden.safety_probes(reference), note
+
+
+def verdict(expect: object, score: float, status: str) -> str:
+    failed = status in ("timeout", "error")
+    if isinstance(expect, (int, float)) and not isinstance(expect, bool):
+        return "ok" if status == "ok" and abs(score - float(expect)) <= 1e-6 else "WRONG"
+    if expect == "accept":
+        return "ok" if status == "ok" and score > 0 else "MISSED"
+    if failed:
+        return f"caught ({status})"
+    return "caught" if score <= 0 else "LET THROUGH"
+
+
+def audit(name: str, options: dict | None = None, *, timeout_s: float = 5.0, workers: int = 1) -> AuditReport:
+    """Run every probe against verifier ``name`` built with ``options``."""
+    options = dict(options or {})
+    verifier = get_verifier(name, **options)
+    probes, note = probes_for(verifier)
+    report = AuditReport(name, options, note=note)
+    with VerifierRunner(workers=workers, timeout_s=timeout_s, cache_size=0) as runner:
+        rewards = runner.score_batch(name, [p["completion"] for p in probes], [p["reference"] for p in probes], options)
+    for probe, reward in zip(probes, rewards):
+        report.rows.append(AuditRow(probe["id"], probe["category"], probe["expect"], reward.score, reward.status,
+                                    1e3 * reward.latency_s, verdict(probe["expect"], reward.score, reward.status),
+                                    reward.info.get("extracted")))
+    return report
+
+
+def format_report(report: AuditReport) -> str:
+    """The audit as a fixed-width table plus a per-category summary."""
+    lines = [f"audit of verifier {report.verifier!r} options={report.options}", report.note, ""]
+    header = f"{'probe':<16} {'category':<13} {'expect':<7} {'score':>8} {'status':<8} {'ms':>8}  verdict"
+    lines += [header, "-" * len(header)]
+    for r in report.rows:
+        lines.append(f"{r.id:<16} {r.category:<13} {str(r.expect):<7} {r.score:>8.3f} {r.status:<8} {r.latency_ms:>8.1f}  {r.verdict}")
+    lines += ["", "summary:"]
+    for category, counts in report.summary().items():
+        parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        lines.append(f"  {category:<13} {parts}")
+    lines.append("")
+    lines.append("result: PASS" if report.ok else "result: FAIL (see MISSED / WRONG / LET THROUGH rows)")
+    return "\n".join(lines)

@@ -1,0 +1,165 @@
+"""Command line: ``rlvr verify`` and ``rlvr verifiers list | audit`` (no torch is imported).
+
+``rlvr verify --verifier NAME [--option k=v ...] --input FILE.jsonl [--output OUT.jsonl]`` scores
+every line: the completion is ``line[--completion-key]`` ("completion"); the reference is
+``line["reference"]`` when that is an object, else every other field of the line (so a line
+``{"completion": "... \\\\boxed{42}", "answer": "42"}`` works as is). It prints the mean score,
+status counts, latency percentiles and throughput; ``--output`` writes each line back with a
+``reward`` object added.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    """Register ``verify`` and ``verifiers {list,audit}`` on an argparse subparsers object."""
+    verify = subparsers.add_parser(
+        "verify", help="score completions in a JSONL file with a verifier",
+        description="Score each line of a JSONL file (a completion plus its reference fields) and print a summary.")
+    verify.add_argument("--verifier", required=True, help="registered verifier name (see `rlvr verifiers list`)")
+    _add_option_args(verify)
+    verify.add_argument("--input", required=True, type=Path, help="JSONL file: one {completion, reference fields} per line")
+    verify.add_argument("--output", type=Path, help="write every input line with a 'reward' object added (JSONL)")
+    verify.add_argument("--completion-key", default="completion", help="field holding the completion (default: completion)")
+    verify.add_argument("--workers", type=int, default=None,
+                        help="worker processes (default: one per core, at most 4; 0 = in-process, no deadline)")
+    verify.add_argument("--timeout", type=float, default=10.0, help="hard deadline per item in seconds (default: 10)")
+    verify.add_argument("--batch-size", type=int, default=512, help="lines scored per batch (default: 512)")
+    verify.set_defaults(func=run_verify)
+
+    group = subparsers.add_parser("verifiers", help="list the registered verifiers or audit one",
+                                  description="Inspect the verifier registry.")
+    sub = group.add_subparsers(dest="verifiers_command", metavar="SUBCMD", required=True)
+    listing = sub.add_parser("list", help="name, one-line description and options of every verifier",
+                             description="List every registered verifier (built-ins and rlvr.verifiers plugins).")
+    listing.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+    listing.set_defaults(func=run_list)
+    audit = sub.add_parser("audit", help="run golden cases and adversarial probes against a verifier",
+                           description="Score golden cases, hedges, format hacks and hostile input (giant text, "
+                                       "pathological LaTeX) and print what the verifier caught and let through.")
+    audit.add_argument("name", help="registered verifier name")
+    _add_option_args(audit)
+    audit.add_argument("--timeout", type=float, default=5.0, help="deadline per probe in seconds (default: 5)")
+    audit.add_argument("--json", type=Path, help="also write the audit rows to this JSON file")
+    audit.set_defaults(func=run_audit)
+
+
+def _add_option_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
+                        help="verifier option; VALUE is read as JSON when it parses (1e-6, true, [..]), else as text; repeatable")
+    parser.add_argument("--options", default=None, metavar="JSON",
+                        help="all verifier options as one JSON object (merged under --option)")
+
+
+def parse_options(pairs: list[str], blob: str | None = None) -> dict:
+    """``["tolerance=1e-6", "fallback=none"]`` -> ``{"tolerance": 1e-06, "fallback": "none"}``."""
+    options = dict(json.loads(blob)) if blob else {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--option expects KEY=VALUE, got {pair!r}")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
+
+
+def _reference(line: dict, completion_key: str) -> dict:
+    if isinstance(line.get("reference"), dict):
+        return line["reference"]
+    return {k: v for k, v in line.items() if k != completion_key}
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from verifiers.runner import VerifierRunner
+
+    options = parse_options(args.option, args.options)
+    rows = []
+    with args.input.open() as f:
+        for n, raw in enumerate(f, 1):
+            if raw.strip():
+                line = json.loads(raw)
+                if args.completion_key not in line:
+                    print(f"{args.input}:{n}: no {args.completion_key!r} field", file=sys.stderr)
+                    return 2
+                rows.append(line)
+    start = time.perf_counter()
+    statuses: Counter = Counter()
+    scores, latencies = [], []
+    out = args.output.open("w") if args.output else None
+    try:
+        with VerifierRunner(workers=args.workers, timeout_s=args.timeout) as runner:
+            for i in range(0, len(rows), max(1, args.batch_size)):
+                batch = rows[i: i + args.batch_size]
+                rewards = runner.score_batch(args.verifier, [str(r[args.completion_key]) for r in batch],
+                                             [_reference(r, args.completion_key) for r in batch], options)
+                for line, reward in zip(batch, rewards):
+                    statuses[reward.status] += 1
+                    scores.append(reward.score)
+                    latencies.append(reward.latency_s)
+                    if out:
+                        line = dict(line, reward={"score": reward.score, "status": reward.status,
+                                                  "components": reward.components, "latency_ms": 1e3 * reward.latency_s,
+                                                  "info": reward.info})
+                        out.write(json.dumps(line, default=repr, ensure_ascii=False) + "\n")
+    finally:
+        if out:
+            out.close()
+    elapsed = time.perf_counter() - start
+    print(summarize(args.verifier, str(args.input), scores, statuses, latencies, elapsed))
+    return 0
+
+
+def summarize(verifier: str, source: str, scores: list[float], statuses: Counter, latencies: list[float],
+              elapsed: float) -> str:
+    n = len(scores)
+    lat = sorted(latencies)
+    pct = (lambda q: 1e3 * lat[min(n - 1, int(q * n))]) if n else (lambda q: 0.0)
+    ok_scores = [s for s, st in zip(scores, statuses.elements()) if st] if False else scores
+    lines = [
+        f"verifier {verifier} on {source}: {n} items in {elapsed:.2f} s ({n / elapsed if elapsed else 0:.0f} items/s)",
+        f"mean score     {sum(ok_scores) / n if n else 0.0:.4f}",
+        "status         " + (", ".join(f"{k} {v}" for k, v in statuses.most_common()) or "-"),
+        f"latency        p50 {pct(0.5):.2f} ms, p95 {pct(0.95):.2f} ms, max {1e3 * lat[-1] if lat else 0:.2f} ms",
+    ]
+    return "\n".join(lines)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from verifiers.registry import describe_verifier, list_verifiers
+
+    described = []
+    for name in list_verifiers():
+        try:
+            described.append(describe_verifier(name))
+        except Exception as exc:  # a broken plugin is listed, not fatal
+            described.append({"name": name, "description": f"(failed to load: {exc})", "options": {}})
+    if args.json:
+        print(json.dumps(described, indent=2, default=repr))
+        return 0
+    for d in described:
+        print(f"{d['name']:<12} {d['description']}")
+        if d["options"]:
+            opts = ", ".join(f"{k}={v!r}" for k, v in d["options"].items())
+            print(f"{'':<12} options: {opts}")
+    return 0
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from verifiers.audit import audit, format_report
+
+    report = audit(args.name, parse_options(args.option, args.options), timeout_s=args.timeout)
+    print(format_report(report))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in report.rows], indent=1, default=repr))
+    return 0 if report.ok else 1
