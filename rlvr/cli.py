@@ -18,7 +18,7 @@ COMMAND_MODULES = [
     "rlvr.commands.train",
     "rlvr.commands.sft",
     "rlvr.commands.eval",
-    # "verifiers.cli" joins once the verifier commands land
+    "verifiers.cli",
 ]
 
 
