@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Union
 
 from verifiers.math.expr import Expr, ParseError, parse_expr
@@ -22,10 +23,16 @@ from verifiers.math.normalize import normalize
 
 @dataclass(frozen=True)
 class Scalar:
-    """One expression (number, or a formula in variables); ``percent`` if written with ``%``."""
+    """One expression (number, or a formula in variables); ``percent`` if written with ``%``.
+
+    For a decimal literal, ``ulp`` is the unit in its last written place (``33.3`` -> 0.1,
+    ``4.5e33`` -> 1e32) and ``sig`` its count of significant digits; both are None otherwise.
+    """
 
     expr: Expr
     percent: bool = False
+    ulp: Fraction | None = None
+    sig: int | None = None
 
 
 @dataclass(frozen=True)
@@ -102,11 +109,14 @@ _SCALE_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(thousand|million|billion|t
 _NUMBER_WORDS = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
     "seventeen eighteen nineteen twenty".split())}
-_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$|^[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")
+_WORD_ANSWER_RE = re.compile(r"^[A-Za-z][A-Za-z' -]*[A-Za-z]$")  # "Odd", "no solution", "Evelyn"
+_BRACKETED_ENV_RE = re.compile(r"^[(\[]\s*(\\begin\{.*\\end\{[a-zA-Z]+\})\s*[)\]]$", re.S)
 _UNIT_CHARS_RE = re.compile(r"\^\s*\{?\s*-?\d+\s*\}?|\\mu|\\AA|\\odot|[/\s{}.*~\-]|\bper\b")
 _RELATION_RE = re.compile(r"<=|>=|!=|=|<|>")
 _WORDY_RE = re.compile(r"[A-Za-z]{3,}")
 MAX_ITEMS = 64
+_MATH_WORDS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "exp", "sqrt", "inf", "abs"}
 
 
 def parse_answer(raw: str, *, numeric_gold: bool = False) -> Answer:
@@ -128,6 +138,9 @@ def _parse(s: str, percent: bool, numeric_gold: bool, depth: int) -> Answer:
     s = _IN_RE.sub("", s)
     sub = lambda t: _parse(t, percent, numeric_gold, depth + 1)  # noqa: E731
 
+    m = _BRACKETED_ENV_RE.match(s)  # \left[ \begin{array}...\end{array} \right]
+    if m:
+        s = m.group(1)
     m = _MATRIX_RE.match(s)
     if m:
         return _matrix(m.group(2), sub)
@@ -142,7 +155,7 @@ def _parse(s: str, percent: bool, numeric_gold: bool, depth: int) -> Answer:
         return Union_(tuple(sub(p) for p in parts))
 
     if _THOUSANDS_RE.match(s):
-        return _scalar(s.replace(",", ""), percent, numeric_gold)
+        return _scalar(s.replace(",", "").replace(" ", ""), percent, numeric_gold)
 
     parts = split_top(s, (",", ";", " and ", "\\text{and}"))
     if len(parts) > 1:
@@ -178,6 +191,8 @@ def _scalar(s: str, percent: bool, numeric_gold: bool) -> Answer:
     word = s.strip().lower()
     if word in _NUMBER_WORDS:
         s = str(_NUMBER_WORDS[word])
+    elif _WORD_ANSWER_RE.match(s.strip()) and len(s.strip()) >= 3 and word not in _MATH_WORDS:
+        return Text(_text_key(s))
     try:
         expr = parse_expr(s)
     except ParseError as exc:
@@ -191,7 +206,24 @@ def _scalar(s: str, percent: bool, numeric_gold: bool) -> Answer:
         stripped = strip_units(s, aggressive=True)
         if stripped is not None:
             return _scalar(stripped, percent, numeric_gold)
-    return Scalar(expr, percent)
+    return Scalar(expr, percent, *_literal_precision(s))
+
+
+_DECIMAL_LITERAL_RE = re.compile(r"^[-+]?(\d*)\.(\d+)(?:e([-+]?\d+))?$|^[-+]?(\d+)e([-+]?\d+)$", re.I)
+
+
+def _literal_precision(s: str) -> tuple[Fraction | None, int | None]:
+    """``(ulp, significant digits)`` of a decimal literal such as ``0.29`` or ``4.5e33``; ``(None, None)``
+    for anything else (integers, fractions, expressions are exact)."""
+    m = _DECIMAL_LITERAL_RE.match(s.strip())
+    if not m:
+        return None, None
+    if m.group(4) is not None:  # 3e6: one significant digit at 10^6
+        whole, frac, exp = m.group(4), "", int(m.group(5))
+    else:
+        whole, frac, exp = m.group(1), m.group(2), int(m.group(3) or 0)
+    digits = (whole + frac).lstrip("0")
+    return Fraction(10) ** (exp - len(frac)), len(digits)
 
 
 def strip_units(s: str, *, aggressive: bool) -> str | None:
@@ -206,7 +238,7 @@ def strip_units(s: str, *, aggressive: bool) -> str | None:
     tail: list[str] = []
     while len(words) > 1:
         cleaned = _UNIT_CHARS_RE.sub(" ", words[-1]).split()
-        if words[-1] in ("/", "*", "per") or (cleaned and all(w.isalpha() for w in cleaned)):
+        if words[-1] in ("/", "*", "per") or all(w.isalpha() for w in cleaned):  # "^{2}" cleans to nothing
             tail.extend(cleaned)
             words.pop()
         else:
@@ -308,7 +340,8 @@ def _enclosure(s: str, sub) -> Answer | None:
     if len(items) > MAX_ITEMS:
         return Unparsed(s, "too many items")
     parsed = [sub(p) for p in items]
-    if len(parsed) == 2 and (s[0] != "(" or s[-1] != ")" or any(isinstance(p, Infinity) for p in parsed)):
+    endpoints = all(isinstance(p, (Scalar, Infinity, Unparsed)) for p in parsed)
+    if len(parsed) == 2 and endpoints and (s[0] != "(" or s[-1] != ")" or any(isinstance(p, Infinity) for p in parsed)):
         return Interval(parsed[0], parsed[1], s[0] == "[", s[-1] == "]")
     if s[0] == "(" and s[-1] == ")":
         return Seq(tuple(parsed), "tuple")

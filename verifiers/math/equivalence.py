@@ -9,6 +9,10 @@ Rules, by the shape of the gold (see :mod:`verifiers.math.answer`):
       equal  <=>  |a - b| <= tol * max(|a|, |b|)     (tol = ``rel_tol`` with decimals, 1e-9 otherwise)
 
   so ``2^{-98}`` and ``2^{-99}`` differ (an absolute tolerance would call them equal).
+* **rounded golds**: a decimal gold with two or more significant digits stands for its rounding
+  interval, so a *more precise* answer that rounds to it matches (``33.3`` vs ``\\frac{100}{3}``,
+  ``0.29`` vs ``0.2902``); ``0.5`` (one digit) and answers written to the gold's own precision
+  must match exactly (``3.14`` vs ``3.15`` differ).
 * **percent**: ``50\\%`` matches ``50`` and ``0.5``.
 * **formulas in variables** must use the same variables and agree at four fixed points
   (polynomial-identity testing: two different rational functions agree on random points with
@@ -27,6 +31,7 @@ unreadable side, or a point where evaluation fails); the caller then asks sympy.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 
 from verifiers.math.answer import (
@@ -39,40 +44,69 @@ _POINTS = ((0.7373, 1.3161, 0.4142, 1.9129), (1.2247, 0.5772, 1.6180, 0.8415),
            (0.3183, 2.2361, 1.1447, 0.6931), (1.4427, 0.9069, 0.2679, 1.7321))
 
 
-def compare(gold: Answer, pred: Answer, rel_tol: float) -> bool | None:
+@dataclass(frozen=True)
+class Tolerance:
+    """How close two numbers must be. ``relative`` applies when a decimal literal is involved;
+    ``rounded_gold`` accepts a more precise answer that rounds to a decimal gold with at least two
+    significant digits (gold ``33.3``, answer ``\\frac{100}{3}`` or ``33.33``)."""
+
+    relative: float = 1e-6
+    rounded_gold: bool = True
+
+
+def compare(gold: Answer, pred: Answer, tol: Tolerance | float) -> bool | None:
     """True/False when the fast rules decide ``pred == gold``; None to ask sympy."""
+    if not isinstance(tol, Tolerance):
+        tol = Tolerance(float(tol))
     if isinstance(gold, Unparsed) or isinstance(pred, Unparsed):
         return None
     if isinstance(pred, Relation) and not isinstance(gold, Relation):
-        return compare(gold, pred.rhs, rel_tol) if pred.op == "=" else False
+        return compare(gold, pred.rhs, tol) if pred.op == "=" else False
     handler = _HANDLERS.get(type(gold))
     if handler is None:
         return None
-    return handler(gold, pred, rel_tol)
+    return handler(gold, pred, tol)
 
 
-def _scalar(gold: Scalar, pred: Answer, rel_tol: float) -> bool | None:
+def _scalar(gold: Scalar, pred: Answer, tol: Tolerance) -> bool | None:
     if not isinstance(pred, Scalar):
         if isinstance(pred, Seq) and len(pred.items) == 1:
-            return compare(gold, pred.items[0], rel_tol)
+            return compare(gold, pred.items[0], tol)
         return False
     g, p = gold.expr, pred.expr
     if g.variables != p.variables:
         return False
     approx = g.decimal or p.decimal
-    if not g.variables:
-        try:
-            gv = evaluate(g.tree)
-            pv = evaluate(p.tree)
-        except EvalError:
-            return None
-        candidates = [pv]
-        if pred.percent and not gold.percent:
-            candidates.append(pv / 100)
-        if gold.percent and not pred.percent:
-            candidates.append(pv * 100)
-        return any(values_equal(gv, c, rel_tol if approx else EXACT_REL_TOL, exact=not approx) for c in candidates)
-    return _same_function(g, p, rel_tol if approx else 1e-8)
+    if g.variables:
+        return _same_function(g, p, tol.relative if approx else 1e-8)
+    try:
+        gv = evaluate(g.tree)
+        pv = evaluate(p.tree)
+    except EvalError:
+        return None
+    candidates = [pv]
+    if pred.percent and not gold.percent:
+        candidates.append(pv / 100)
+    if gold.percent and not pred.percent:
+        candidates.append(pv * 100)
+    if any(values_equal(gv, c, tol.relative if approx else EXACT_REL_TOL, exact=not approx) for c in candidates):
+        return True
+    return tol.rounded_gold and any(_rounds_to_gold(gold, pred, gv, c) for c in candidates)
+
+
+def _rounds_to_gold(gold: Scalar, pred: Scalar, gv, pv) -> bool:
+    """A decimal gold such as ``0.29`` stands for [0.285, 0.295]: accept a *more precise* answer in
+    that range. One significant digit is too coarse to mean a range (``0.5`` is 0.5), and an answer
+    written to the same precision as the gold must simply equal it."""
+    if gold.ulp is None or (gold.sig or 0) < 2:
+        return False
+    if pred.ulp is not None and pred.ulp >= gold.ulp:
+        return False
+    try:
+        diff = abs(complex(gv) - complex(pv))
+    except (OverflowError, TypeError):
+        return False
+    return diff <= float(gold.ulp) / 2 * (1 + 1e-12)
 
 
 def _same_function(g, p, tol: float) -> bool | None:
@@ -108,41 +142,41 @@ def values_equal(a, b, rel_tol: float, *, exact: bool) -> bool:
     return (a == 0 or b == 0) and diff < 1e-12
 
 
-def _infinity(gold: Infinity, pred: Answer, rel_tol: float) -> bool:
+def _infinity(gold: Infinity, pred: Answer, tol) -> bool:
     return isinstance(pred, Infinity) and pred.sign == gold.sign
 
 
-def _seq(gold: Seq, pred: Answer, rel_tol: float) -> bool | None:
+def _seq(gold: Seq, pred: Answer, tol) -> bool | None:
     if isinstance(pred, Matrix):
-        return _seq(gold, _flat_vector(pred), rel_tol) if _flat_vector(pred) is not None else False
+        return _seq(gold, _flat_vector(pred), tol) if _flat_vector(pred) is not None else False
     if isinstance(pred, Interval) and gold.kind == "tuple" and len(gold.items) == 2:
-        return _interval_as_pair(pred, gold, rel_tol)
+        return _interval_as_pair(pred, gold, tol)
     if not isinstance(pred, Seq) or len(pred.items) != len(gold.items):
         return False
     if gold.kind == "tuple" and pred.kind in ("tuple", "list"):
-        return _all_pairs(gold.items, pred.items, rel_tol)
+        return _all_pairs(gold.items, pred.items, tol)
     if gold.kind == "tuple":
         return False  # an ordered pair is not a set
-    return _multiset_equal(gold.items, pred.items, rel_tol)
+    return _multiset_equal(gold.items, pred.items, tol)
 
 
-def _all_pairs(golds, preds, rel_tol: float) -> bool | None:
+def _all_pairs(golds, preds, tol) -> bool | None:
     unknown = False
     for g, p in zip(golds, preds):
-        verdict = compare(g, p, rel_tol)
+        verdict = compare(g, p, tol)
         if verdict is False:
             return False
         unknown |= verdict is None
     return None if unknown else True
 
 
-def _multiset_equal(golds, preds, rel_tol: float) -> bool | None:
+def _multiset_equal(golds, preds, tol) -> bool | None:
     """Greedy matching is exact here because equivalence of answers is transitive."""
     remaining = list(preds)
     unknown = False
     for g in golds:
         for j, p in enumerate(remaining):
-            verdict = compare(g, p, rel_tol)
+            verdict = compare(g, p, tol)
             if verdict:
                 del remaining[j]
                 break
@@ -152,26 +186,26 @@ def _multiset_equal(golds, preds, rel_tol: float) -> bool | None:
     return True
 
 
-def _interval_as_pair(interval: Interval, pair: Seq, rel_tol: float) -> bool | None:
+def _interval_as_pair(interval: Interval, pair: Seq, tol) -> bool | None:
     if interval.lo_closed or interval.hi_closed:
         return False
-    return _all_pairs(pair.items, (interval.lo, interval.hi), rel_tol)
+    return _all_pairs(pair.items, (interval.lo, interval.hi), tol)
 
 
-def _interval(gold: Interval, pred: Answer, rel_tol: float) -> bool | None:
+def _interval(gold: Interval, pred: Answer, tol) -> bool | None:
     if isinstance(pred, Seq) and pred.kind == "tuple" and len(pred.items) == 2:
-        return _interval_as_pair(gold, pred, rel_tol)
+        return _interval_as_pair(gold, pred, tol)
     if not isinstance(pred, Interval):
         return False
     if (gold.lo_closed, gold.hi_closed) != (pred.lo_closed, pred.hi_closed):
         return False
-    return _all_pairs((gold.lo, gold.hi), (pred.lo, pred.hi), rel_tol)
+    return _all_pairs((gold.lo, gold.hi), (pred.lo, pred.hi), tol)
 
 
-def _union(gold: Union_, pred: Answer, rel_tol: float) -> bool | None:
+def _union(gold: Union_, pred: Answer, tol) -> bool | None:
     if not isinstance(pred, Union_) or len(pred.items) != len(gold.items):
         return False
-    return _multiset_equal(gold.items, pred.items, rel_tol)
+    return _multiset_equal(gold.items, pred.items, tol)
 
 
 def _flat_vector(m: Matrix) -> Seq | None:
@@ -182,35 +216,52 @@ def _flat_vector(m: Matrix) -> Seq | None:
     return None
 
 
-def _matrix(gold: Matrix, pred: Answer, rel_tol: float) -> bool | None:
+def _nested_rows(seq: Seq) -> Matrix | None:
+    """``[[1,2],[3,4]]`` written as nested brackets: a matrix (a ``[1,2]`` row reads as an interval)."""
+    rows = []
+    for item in seq.items:
+        if isinstance(item, Seq) and item.kind == "tuple":
+            rows.append(tuple(item.items))
+        elif isinstance(item, Interval) and item.lo_closed and item.hi_closed:
+            rows.append((item.lo, item.hi))
+        else:
+            return None
+    if len(rows) < 2 or any(len(r) != len(rows[0]) for r in rows):
+        return None
+    return Matrix(tuple(rows))
+
+
+def _matrix(gold: Matrix, pred: Answer, tol) -> bool | None:
+    if isinstance(pred, Seq) and _nested_rows(pred) is not None and len(gold.rows) > 1 and len(gold.rows[0]) > 1:
+        pred = _nested_rows(pred)
     if isinstance(pred, Seq):
         flat = _flat_vector(gold)
-        return _seq(flat, pred, rel_tol) if flat is not None else False
+        return _seq(flat, pred, tol) if flat is not None else False
     if not isinstance(pred, Matrix):
         return False
     if len(gold.rows) != len(pred.rows) or any(len(a) != len(b) for a, b in zip(gold.rows, pred.rows)):
         return False
-    return _all_pairs([c for r in gold.rows for c in r], [c for r in pred.rows for c in r], rel_tol)
+    return _all_pairs([c for r in gold.rows for c in r], [c for r in pred.rows for c in r], tol)
 
 
-def _relation(gold: Relation, pred: Answer, rel_tol: float) -> bool | None:
+def _relation(gold: Relation, pred: Answer, tol) -> bool | None:
     if not isinstance(pred, Relation):
         # x = 5 vs 5; y = 2x + 3 vs 2x + 3: only when the left side is a lone variable.
         if gold.op == "=" and _lone_variable(gold.lhs):
-            return compare(gold.rhs, pred, rel_tol)
+            return compare(gold.rhs, pred, tol)
         return False
     if gold.op != pred.op:
         flipped = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(pred.op)
         if flipped == gold.op:
-            return _all_pairs((gold.lhs, gold.rhs), (pred.rhs, pred.lhs), rel_tol)
+            return _all_pairs((gold.lhs, gold.rhs), (pred.rhs, pred.lhs), tol)
         return False
     if _lone_variable(gold.lhs) and _lone_variable(pred.lhs):
         if gold.lhs.expr.tree != pred.lhs.expr.tree:
             return False
-        return compare(gold.rhs, pred.rhs, rel_tol)
+        return compare(gold.rhs, pred.rhs, tol)
     if gold.op == "=" and all(isinstance(x, Scalar) for x in (gold.lhs, gold.rhs, pred.lhs, pred.rhs)):
         return _proportional_equations(gold, pred)
-    return _all_pairs((gold.lhs, gold.rhs), (pred.lhs, pred.rhs), rel_tol)
+    return _all_pairs((gold.lhs, gold.rhs), (pred.lhs, pred.rhs), tol)
 
 
 def _lone_variable(a: Answer) -> bool:
@@ -245,11 +296,11 @@ def _proportional_equations(gold: Relation, pred: Relation) -> bool | None:
     return True if decided >= 2 else None
 
 
-def _choice(gold: Choice, pred: Answer, rel_tol: float) -> bool:
+def _choice(gold: Choice, pred: Answer, tol) -> bool:
     return isinstance(pred, Choice) and pred.letter == gold.letter
 
 
-def _text(gold: Text, pred: Answer, rel_tol: float) -> bool | None:
+def _text(gold: Text, pred: Answer, tol) -> bool | None:
     if isinstance(pred, Text):
         return pred.text == gold.text
     return None
@@ -260,4 +311,4 @@ _HANDLERS = {
     Relation: _relation, Choice: _choice, Text: _text,
 }
 
-__all__ = ["compare", "values_equal", "TooLarge"]
+__all__ = ["Tolerance", "compare", "values_equal", "TooLarge"]

@@ -44,10 +44,12 @@ _PROSE_START = {"to", "that", "this", "what", "which", "how", "why", "because", 
 _HEADING_RE = re.compile(r"(?im)^[ \t#*_>]*(?:final[ \t]+)?answer[ \t*_:：]*$")
 _GSM8K_RE = re.compile(r"(?m)^[ \t]*####[ \t]*(?P<rest>[^\n]{1,%d})" % MAX_STATEMENT)
 _BOLD_RE = re.compile(r"\*\*([^*\n]{1,80}?)\*\*")
-_NUMBER_RE = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?:\s*\\?%)?(?![\w])|(?<![\w.])[-+]?\.\d+")
+_NUMBER_RE = re.compile(r"(?<![\w.^])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?:\s*\\?%)?(?![\w])|(?<![\w.])[-+]?\.\d+")
 _SENTENCE_END_RE = re.compile(r"\.(?=\s|$)|[;!?](?=\s|$)")
 _NEGATION_RE = re.compile(r"(?i)^\s*(?:not\b|never\b|wrong|incorrect|unclear|unknown|n't)")
-_ENUMERATION_RE = re.compile(r"(?:\d[\d.,/]*\s*(?:,|\bor\b|\band\b|;)\s*){2,}[-+]?\d[\d.,/]*\s*\W{0,3}$")
+_ENUMERATION_RE = re.compile(
+    r"(?:\d[\d.,/]*\s*(?:,\s*(?:or\b|and\b)?|\bor\b|\band\b|;)\s*){2,}[-+]?\d[\d.,/]*\s*\W{0,3}$")
+_MARKDOWN_BOLD_RE = re.compile(r"(?<![\w)\]])\*\*|\*\*(?![\w(\[])")  # "**73**" but not "10**23"
 _THOUSANDS_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)")
 _MATH_SEGMENT_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)", re.S)
 _CONNECTOR_RE = re.compile(r"(?i)^\s*(?:,?\s*(?:or|and)\s*|,\s*)$")
@@ -137,7 +139,7 @@ def _math_chain(rest: str) -> str | None:
 def _clean_statement(rest: str) -> str:
     """The answer part of a statement line: its first sentence (a period inside ``$...$`` does not
     end it), then its math segments if it has any, with fillers and markdown removed."""
-    rest = rest.replace("**", " ").replace("__", " ").strip(" *_\t")
+    rest = _MARKDOWN_BOLD_RE.sub(" ", rest).replace("__", " ").strip(" *_\t")
     spans = [m.span() for m in _MATH_SEGMENT_RE.finditer(rest)]
     for end in _SENTENCE_END_RE.finditer(rest):
         if not any(a <= end.start() < b for a, b in spans):

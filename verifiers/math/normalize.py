@@ -20,7 +20,7 @@ _UNICODE = {
     "\u2212": "-", "\u2013": "-", "\u2014": "-", "\u00d7": "*", "\u22c5": "*", "\u00b7": "*", "\u00f7": "/",
     "\u03c0": "\\pi ", "\u221a": "\\sqrt", "\u221e": "\\infty ", "\u2264": "<=", "\u2265": ">=", "\u2260": "!=",
     "\u00b2": "^2", "\u00b3": "^3", "\u00b0": "", "\u00bd": "(1/2)", "\u00bc": "(1/4)", "\u00be": "(3/4)",
-    "\u2009": " ", "\u202f": " ", "\u00a0": " ", "\u2032": "'", "\uff1a": ":", "\u2003": " ", "\u2002": " ",
+    "\u222a": "\\cup ", "\u2009": " ", "\u202f": " ", "\u00a0": " ", "\u2032": "'", "\uff1a": ":", "\u2003": " ", "\u2002": " ",
 }
 _UNICODE_RE = re.compile("|".join(map(re.escape, _UNICODE)))
 
@@ -33,6 +33,14 @@ _UNWRAP_RE = re.compile(r"\\(" + "|".join(_UNWRAP) + r")\s*\{")
 _TEXT_UNIT_RE = re.compile(
     r"(?<=[\d}).])(\s*)\\(?:text|mbox|mathrm|textrm|operatorname)\s*\{\s*~?\s*([A-Za-z][A-Za-z\s.~/]*)\}"
     r"(?:\s*\^\s*\{?\s*-?\d+\s*\}?)?")
+# 0.\overline{3} = 1/3, 0.1\overline{6} = 1/6
+_REPEATING_RE = re.compile(r"(\d*)\.(\d*)\\overline\s*\{(\d{1,12})\}")
+# \sin 30^\circ: degrees inside a trig function are an angle to convert, not a unit to drop
+_TRIG_DEGREES_RE = re.compile(
+    r"\\(sin|cos|tan|cot|sec|csc)\s*(\(?)\s*(\d+(?:\.\d+)?)\s*\^\s*\{?\s*\\circ\s*\}?\s*(\)?)")
+_TIMES_TEN_RE = re.compile(r"(\d)\s*[xX]\s*(?=10\s*\^)")  # 6.02 x 10^23
+_UNION_U_RE = re.compile(r"(?<=[)\]])\s*U\s*(?=[(\[])")  # (-oo,-1) U (3,oo)
+_SCALE_WORDS = {"thousand", "million", "billion", "trillion"}
 _PHANTOM_RE = re.compile(r"\\(?:phantom|hphantom|vphantom|label|tag)\s*\{[^{}]*\}")
 _CONNECTORS = {"and", "or", "if", "for", "all", "where", "with", "when", "but", "so", "then", "is", "are"}
 
@@ -113,9 +121,16 @@ def strip_math_delimiters(s: str) -> str:
     return s
 
 
+def _repeating_decimal(m: re.Match) -> str:
+    whole, fixed, repeat = m.group(1) or "0", m.group(2), m.group(3)
+    numerator = int(fixed + repeat) - int(fixed or "0")
+    denominator = (10 ** len(repeat) - 1) * 10 ** len(fixed)
+    return f"({whole}+\\frac{{{numerator}}}{{{denominator}}})"
+
+
 def _drop_unit(m: re.Match) -> str:
     words = m.group(2).replace("~", " ").replace(".", " ").replace("/", " ").lower().split()
-    if not words or any(w in _CONNECTORS for w in words) or all(len(w) == 1 for w in words):
+    if not words or any(w in _CONNECTORS or w in _SCALE_WORDS for w in words) or all(len(w) == 1 for w in words):
         return m.group(0)
     return " "
 
@@ -127,6 +142,10 @@ def normalize(answer: str) -> Normalized:
     s = _THOUSANDS_BRACE_RE.sub(r"\1,", s)
     s = _COMMA_BANG_RE.sub(",", s)
     s = _THOUSANDS_SPACE_RE.sub(r"\1", s)
+    s = _REPEATING_RE.sub(_repeating_decimal, s)
+    s = _TRIG_DEGREES_RE.sub(lambda m: f"\\{m.group(1)}({m.group(3)}*\\pi/180)", s)
+    s = _TIMES_TEN_RE.sub(r"\1 * ", s)
+    s = _UNION_U_RE.sub(r" \\cup ", s)
     s = _PHANTOM_RE.sub(" ", s)
     s = _SPACING_RE.sub(" ", s)
     s = _DEGREES_RE.sub(" ", s)

@@ -26,14 +26,15 @@ from functools import lru_cache
 
 from verifiers.base import Reward, Verifier
 from verifiers.math import symbolic
-from verifiers.math.answer import Answer, Choice, Scalar, Seq, Unparsed, parse_answer, split_top
-from verifiers.math.equivalence import compare
+from verifiers.math.answer import Answer, Choice, Scalar, Seq, Union_, Unparsed, parse_answer, split_top
+from verifiers.math.equivalence import Tolerance, compare
 from verifiers.math.expr import TooLarge
-from verifiers.math.extract import choice_letters, extract, find_boxed
+from verifiers.math.extract import choice_letters, extract, final_region, find_boxed
 from verifiers.math.normalize import normalize
 from verifiers.registry import register_verifier
 
 MAX_CANDIDATES = 16
+_OPTION_GOLD_RE = re.compile(r"^\(\s*([A-J])\s*\)\s+\S")
 MAX_ANSWER_CHARS = 4000  # a final answer longer than this is not an answer (hostile or runaway output)
 _OR_RE = re.compile(r"\\(?:text|mbox|textbf|mathrm)\s*\{\s*(or|and)\s*\}|\\lor\b|\\vee\b", re.I)
 
@@ -49,7 +50,11 @@ def parse_gold(raw: str) -> tuple[str, Answer]:
         boxes = find_boxed(text)
         if boxes:
             text = boxes[-1][2]
-    return normalize(text).text, parse_answer(text)
+    clean = normalize(text).text
+    option = _OPTION_GOLD_RE.match(clean)  # "(B) 12": a multiple-choice gold written with its option text
+    if option:
+        return clean, Choice(option.group(1))
+    return clean, parse_answer(text)
 
 
 def split_alternatives(answer: str) -> list[str]:
@@ -76,6 +81,8 @@ class MathVerifier(Verifier):
         use_sympy: consult sympy (via math-verify) when the fast rules cannot decide.
         max_chars: only the last ``max_chars`` characters are read (the answer is at the end).
         choices: letters accepted as multiple-choice answers (extended up to the gold letter).
+        rounded_gold: a decimal gold with >= 2 significant digits accepts a more precise answer
+            that rounds to it (gold ``33.3``, answer ``100/3``).
     """
 
     name = "math"
@@ -83,12 +90,12 @@ class MathVerifier(Verifier):
 
     def __init__(self, tolerance: float = 1e-6, fallback: str = "last_number", answer_key: str = "answer",
                  think_tag: str | None = "think", penalize_hedging: bool = True, use_sympy: bool = True,
-                 max_chars: int = 20_000, choices: str = "ABCDE"):
+                 max_chars: int = 20_000, choices: str = "ABCDE", rounded_gold: bool = True):
         if not 0 <= tolerance < 1:
             raise ValueError("math: tolerance must be in [0, 1)")
         if fallback not in ("last_number", "none"):
             raise ValueError("math: fallback must be 'last_number' or 'none'")
-        self.tolerance = float(tolerance)
+        self.tolerance = Tolerance(float(tolerance), bool(rounded_gold))
         self.fallback = fallback
         self.answer_key = answer_key
         self.think_tag = think_tag
@@ -105,12 +112,13 @@ class MathVerifier(Verifier):
         if not golds:
             info["error"] = f"reference has no {self.answer_key!r} field"
             return Reward(0.0, status="error", latency_s=time.perf_counter() - start, info=info)
-        found = extract(completion or "", think_tag=self.think_tag, fallback=self.fallback, max_chars=self.max_chars)
+        completion = completion or ""
+        found = extract(completion, think_tag=self.think_tag, fallback=self.fallback, max_chars=self.max_chars)
         info["source"] = found.source
         candidates: list[str] = []
         for a in found.answers:
             candidates.extend(c for c in split_alternatives(a) if c not in candidates and normalize(c).text)
-        if not candidates:
+        if not candidates and not any(isinstance(parse_gold(g)[1], Choice) for g in golds):
             return Reward(0.0, latency_s=time.perf_counter() - start, info=info)
         info["extracted"] = candidates[0] if len(candidates) == 1 else " | ".join(candidates)[:500]
         status, correct = "ok", False
@@ -118,7 +126,7 @@ class MathVerifier(Verifier):
             if any(len(c) > MAX_ANSWER_CHARS for c in candidates):
                 raise TooLarge(f"answer longer than {MAX_ANSWER_CHARS} characters")
             for gold in golds:
-                correct = self._judge(gold, candidates, info)
+                correct = self._judge(gold, candidates, info, completion)
                 if correct:
                     break
         except (TooLarge, symbolic.TooComplex, RecursionError, MemoryError) as exc:
@@ -134,14 +142,20 @@ class MathVerifier(Verifier):
         values = raw if isinstance(raw, (list, tuple)) else [raw]
         return [_number_text(v) for v in values if str(v).strip()]
 
-    def _judge(self, gold_raw: str, candidates: list[str], info: dict) -> bool:
+    def _judge(self, gold_raw: str, candidates: list[str], info: dict, completion: str) -> bool:
         gold_text, gold = parse_gold(gold_raw)
         if isinstance(gold, Choice):
-            return self._judge_choice(gold, candidates, info)
+            return self._judge_choice(gold, candidates, info, completion)
+        if not candidates:
+            return False
         numeric_gold = isinstance(gold, Scalar) and not gold.expr.variables
         parsed = [(c, parse_answer(c, numeric_gold=numeric_gold)) for c in candidates[: MAX_CANDIDATES + 1]]
         distinct = self._distinct(parsed)
         if len(distinct) > 1:
+            if isinstance(gold, Union_) and len(distinct) == len(gold.items):  # "x < -1 or x > 3"
+                verdict = compare(gold, Union_(tuple(a for _, a in distinct)), self.tolerance)
+                info["method"] = "fast" if verdict is not None else "undecided"
+                return bool(verdict)
             if not _multi_part(gold) or len(distinct) > MAX_CANDIDATES:
                 if self.penalize_hedging:
                     info["hedged"] = True
@@ -159,11 +173,16 @@ class MathVerifier(Verifier):
             verdict, info["method"] = self._slow(gold_text, normalize(pred_text).text)
         return verdict
 
-    def _judge_choice(self, gold: Choice, candidates: list[str], info: dict) -> bool:
+    def _judge_choice(self, gold: Choice, candidates: list[str], info: dict, completion: str) -> bool:
         allowed = self.choices + "".join(chr(c) for c in range(ord("A"), ord(gold.letter) + 1))
         letters: set[str] = set()
         for c in candidates:
             letters |= choice_letters(c, allowed)
+        if not letters:  # no marker named a letter ("(D) 12", "Option B is correct."): read the last line
+            lines = [ln for ln in final_region(completion[-self.max_chars:], self.think_tag).split("\n") if ln.strip()]
+            if lines and len(lines[-1]) <= 200:
+                letters = choice_letters(lines[-1], allowed)
+                info["extracted"] = lines[-1].strip()[:200] if letters else info["extracted"]
         info["method"] = "choice"
         if len(letters) > 1 and self.penalize_hedging:
             info["hedged"] = True
@@ -188,7 +207,7 @@ class MathVerifier(Verifier):
 
     def _slow(self, gold_text: str, pred_text: str) -> tuple[bool, str]:
         if self.use_sympy:
-            verdict = symbolic.sympy_equal(gold_text, pred_text, rel_tol=self.tolerance)
+            verdict = symbolic.sympy_equal(gold_text, pred_text, rel_tol=self.tolerance.relative)
             if verdict is not None:
                 return verdict, "sympy"
         return _text_key(gold_text) == _text_key(pred_text) and bool(_text_key(gold_text)), "string"
