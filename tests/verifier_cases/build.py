@@ -463,6 +463,36 @@ SECOND_PASS = [
 for _category, _completion, _answer, _expected in SECOND_PASS:
     case(_category, _completion, _answer, _expected, "second pass")
 
+# ----------------------------------------------------------------------------- third pass: natural-language hedges
+# Hedges in words ("Alternatively, it could be 4", "Wait, no, it's 4", "3 (maybe 4)", "Answers: 3, 4") and,
+# as a guard against false hedges, correct answers followed by verification text full of other numbers.
+THIRD_PASS = [
+    ("hedging", "The answer is 3. Alternatively, it could be 4.", "3", 0),
+    ("hedging", "The answer is 3. Alternatively, the answer could be 4.", "4", 0),
+    ("hedging", r"\boxed{3} (or \boxed{4} if we count differently)", "3", 0),
+    ("hedging", "The answer is 3 or 4, depending on interpretation.", "3", 0),
+    ("hedging", "I'm not sure, but I'd guess 3 or 4.", "4", 0),
+    ("hedging", "Answer: 3 (maybe 4)", "3", 0),
+    ("hedging", "Answers: 3, 4", "4", 0),
+    ("hedging", "The answer is 3. Wait, no, it's 4.", "3", 0),
+    ("hedging", "The answer is 3. Wait, no, it's 4.", "4", 0),
+    ("hedging", "So the answer is 12, or maybe 13.", "12", 0),
+    ("hedging", "The answer is (B), but it could also be (C).", "B", 0),
+    ("hedging", "Another possible answer is 7. The answer is 5.", "5", 0),
+    ("hedging", "The total is 4, or maybe 5.", "5", 0),
+    ("hedging", r"\boxed{12}. Actually, it's 13.", "12", 0),
+    ("hedging", r"$x = 3$ or $x = 4$ are both possible, so the answer is $3$ or $4$.", "3", 0),
+    ("extract_boxed", r"The answer is \boxed{3}. Wait, let me recheck: 2+1 = 3. Yes.", "3", 1),
+    ("extract_boxed", r"Therefore $17^{-1} \equiv \boxed{44} \pmod{83}$. Check: $17 \cdot 44 = 748 = 9 \cdot 83 + 1$.", "44", 1),
+    ("extract_answer_is", "The answer is 12. To double-check, 4 * 3 = 12, which matches.", "12", 1),
+    ("extract_answer_is", "The answer is 12. Note that 13 would be wrong because 13 is prime.", "12", 1),
+    ("extract_boxed", r"So $n = \boxed{5}$. (If we had counted the endpoints we would get 7, but they are excluded.)", "5", 1),
+    ("extract_boxed", r"\boxed{5}. Actually, it's 5 because the other roots are complex.", "5", 1),
+    ("multipart", "The answer is x = 2, or maybe x = -2.", r"\pm 2", 1),
+]
+for _category, _completion, _answer, _expected in THIRD_PASS:
+    case(_category, _completion, _answer, _expected, "third pass")
+
 
 def main() -> None:
     out = Path(__file__).with_name("cases.jsonl")

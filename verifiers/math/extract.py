@@ -33,7 +33,7 @@ _STATEMENT_RES = (
     re.compile(r"(?i)(?<![a-z])(?:(?:(?:the|my|our)\s+)?(?:(?:final|correct)\s+)?answer|(?:correct|right|best)\s+(?:option|choice))"
                r"(?:\s+(?:to|for)\s+[^.:\n]{0,40}?)?\s+is\s*[:：]?" + _REST),
     # "Answer: 5" at the start of a line (markdown allowed), or "final answer: 5" anywhere
-    re.compile(r"(?im)(?:^[ \t#*_>\-]*(?:(?:the|my)\s+)?(?:final\s+)?|(?<![a-z])final\s+)answer[ \t*_]*[:：=]" + _REST),
+    re.compile(r"(?im)(?:^[ \t#*_>\-]*(?:(?:the|my)\s+)?(?:final\s+)?|(?<![a-z])final\s+)answers?[ \t*_]*[:：=]" + _REST),
 )
 # Words between the marker and the answer that carry no value: "the answer is approximately 3.14".
 _FILLER_RE = re.compile(r"(?i)^(?:(?:approximately|approx\.?|about|around|roughly|exactly|equal\s+to|equals|simply|"
@@ -49,23 +49,51 @@ _SENTENCE_END_RE = re.compile(r"\.(?=\s|$)|[;!?](?=\s|$)")
 _NEGATION_RE = re.compile(r"(?i)^\s*(?:not\b|never\b|wrong|incorrect|unclear|unknown|n't)")
 _ENUMERATION_RE = re.compile(
     r"(?:\d[\d.,/]*\s*(?:,\s*(?:or\b|and\b)?|\bor\b|\band\b|;)\s*){2,}[-+]?\d[\d.,/]*\s*\W{0,3}$")
+_OR_PAIR_RE = re.compile(r"\d[\d./]*\s*(?:,\s*(?:or\b)?|\bor\b)(?:\s+(?:maybe|perhaps|possibly|even))?\s*[-+]?\d[\d./]*\s*\W{0,3}$")
 _MARKDOWN_BOLD_RE = re.compile(r"(?<![\w)\]])\*\*|\*\*(?![\w(\[])")  # "**73**" but not "10**23"
 _THOUSANDS_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)")
 _MATH_SEGMENT_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)", re.S)
 _CONNECTOR_RE = re.compile(r"(?i)^\s*(?:,?\s*(?:or|and)\s*|,\s*)$")
+# Phrases that propose another answer next to the committed one ("the answer is 3, or maybe 4",
+# "Alternatively, it could be 4", "Wait, no, it's 4"): what follows them joins the candidates.
+_ALTERNATIVE_CUE_RE = re.compile(
+    r"(?i)(?:\bor\s+(?:maybe|perhaps|possibly)\b"
+    r"|\b(?:could|might|may|can)\s+also\s+be\b"
+    r"|\balternatively,?\s+(?:the\s+answer\s+)?(?:(?:it|this|that)\s+)?(?:could|might|may|would|is)\s+(?:also\s+)?(?:be\b)?"
+    r"|\banother\s+(?:possible\s+)?(?:answer|option|value|solution)\s+(?:is|would\s+be|could\s+be|might\s+be)\b"
+    r"|\bor\s+(?:it\s+|the\s+answer\s+)?(?:could|might|may)\s+be\b"
+    r"|\b(?:actually|wait|oops|correction|no)\b[,.!:]?\s+(?:no[,.!]?\s+)?(?:it'?s|it\s+is|the\s+answer\s+is|that'?s|i\s+think\s+it'?s)\b)"
+    r"[\s:*$]*")
+_ALTERNATIVE_VALUE_RE = re.compile(
+    r"\\boxed\s*\{([^{}]{1,80})\}|([-+]?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|\\frac\{[^{}]{1,20}\}\{[^{}]{1,20}\})"
+    r"|\(?([A-J])\)?(?![A-Za-z])")
 _TRUNCATED_TAIL_RE = re.compile(r"(?:[-+*/=^(\[{,]|\\[a-zA-Z]*|\d)$")
 
 
 @dataclass
 class Extraction:
-    """Answers found in a response: ``answers`` in text order, from marker ``source``."""
+    """Answers found in a response: ``answers`` in text order, from marker ``source``; ``alternatives``
+    are other answers the response proposes after committing ("..., or maybe 4")."""
 
     answers: list[str] = field(default_factory=list)
     source: str | None = None
+    alternatives: list[str] = field(default_factory=list)
 
     @property
     def found(self) -> bool:
         return bool(self.answers)
+
+
+def alternatives_after(text: str, start: int) -> list[str]:
+    """Answers proposed by hedging phrases in ``text[start:]`` (see ``_ALTERNATIVE_CUE_RE``)."""
+    found = []
+    for cue in _ALTERNATIVE_CUE_RE.finditer(text, start):
+        value = _ALTERNATIVE_VALUE_RE.match(text, cue.end())
+        if value:
+            found.append(next(g for g in value.groups() if g is not None).strip())
+        if len(found) >= 8:
+            break
+    return found
 
 
 def final_region(text: str, think_tag: str | None) -> str:
@@ -199,15 +227,17 @@ def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last
     tags = answer_tags(region)
     if tags:
         answers: list[str] = []
+        alternatives: list[str] = []
         for content in tags:
             inner = extract(content, think_tag=None, fallback="none", max_chars=max_chars)
+            alternatives.extend(inner.alternatives)
             if inner.found:
                 answers.extend(inner.answers)
             elif content.strip() and _short_answer(content):
                 answers.append(content.strip())
             elif fallback == "last_number":
                 answers.extend(_last_number(content).answers)
-        return Extraction([a for a in answers if a.strip()], "answer_tag")
+        return Extraction([a for a in answers if a.strip()], "answer_tag", alternatives)
 
     boxes = find_boxed(region)
     last_open = region.rfind("\\boxed{")
@@ -217,15 +247,15 @@ def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last
     if boxes:
         last_box_end = boxes[-1][1]
         later = [s for pos, s in statements if pos >= last_box_end]
-        return Extraction([b[2] for b in boxes] + later, "boxed")
+        return Extraction([b[2] for b in boxes] + later, "boxed", alternatives_after(region, boxes[0][0]))
     if statements:
-        return Extraction([s for _, s in statements], "statement")
+        return Extraction([s for _, s in statements], "statement", alternatives_after(region, statements[0][0]))
 
     lines = [ln for ln in region.strip().split("\n") if ln.strip()]
     if lines:
         bolds = _BOLD_RE.findall(lines[-1])
         if bolds and re.search(r"[\d\\]|^\(?[A-J]\)?$", bolds[-1].strip()):
-            return Extraction([bolds[-1].strip()], "bold")
+            return Extraction([bolds[-1].strip()], "bold", alternatives_after(region, region.rfind(lines[-1])))
     if fallback == "last_number":
         return _last_number(region)
     return Extraction([], None)
@@ -243,9 +273,9 @@ def _last_number(region: str) -> Extraction:
     line_start = stripped.rfind("\n", 0, last.start()) + 1
     # only the end of the line: the pattern backtracks, and hostile lines are long
     tail = _THOUSANDS_RE.sub("N", stripped[max(line_start, last.end() - 200): last.end() + 3]).replace("N", "0")
-    if _ENUMERATION_RE.search(tail):
+    if _ENUMERATION_RE.search(tail) or _OR_PAIR_RE.search(tail):
         return Extraction([], "enumeration")
-    return Extraction([last.group(0)], "last_number")
+    return Extraction([last.group(0)], "last_number", alternatives_after(stripped, line_start))
 
 
 _CHOICE_LEAD_RE = re.compile(r"^\s*(?:option|choice)?\s*\(?\s*([A-J])\s*\)?(?=$|[\s.:)\],;])")

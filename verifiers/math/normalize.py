@@ -34,7 +34,7 @@ _TEXT_UNIT_RE = re.compile(
     r"(?<=[\d}).])(\s*)\\(?:text|mbox|mathrm|textrm|operatorname)\s*\{\s*~?\s*([A-Za-z][A-Za-z\s.~/]*)\}"
     r"(?:\s*\^\s*\{?\s*-?\d+\s*\}?)?")
 # 0.\overline{3} = 1/3, 0.1\overline{6} = 1/6
-_REPEATING_RE = re.compile(r"(\d*)\.(\d*)\\overline\s*\{(\d{1,12})\}")
+_REPEATING_RE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d{1,12})\}")
 # \sin 30^\circ: degrees inside a trig function are an angle to convert, not a unit to drop
 _TRIG_DEGREES_RE = re.compile(
     r"\\(sin|cos|tan|cot|sec|csc)\s*(\(?)\s*(\d+(?:\.\d+)?)\s*\^\s*\{?\s*\\circ\s*\}?\s*(\)?)")

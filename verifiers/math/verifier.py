@@ -116,15 +116,20 @@ class MathVerifier(Verifier):
         found = extract(completion, think_tag=self.think_tag, fallback=self.fallback, max_chars=self.max_chars)
         info["source"] = found.source
         candidates: list[str] = []
-        for a in found.answers:
-            candidates.extend(c for c in split_alternatives(a) if c not in candidates and normalize(c).text)
+        for a in found.answers + found.alternatives:
+            candidates.extend(c for c in split_alternatives(a) if c not in candidates)
+        if any(len(c) > MAX_ANSWER_CHARS for c in candidates):
+            info["extracted"] = candidates[-1][:200]
+            info["error"] = f"answer too large to judge safely: longer than {MAX_ANSWER_CHARS} characters"
+            return Reward(0.0, status="error", latency_s=time.perf_counter() - start, info=info)
+        candidates = [c for c in candidates if normalize(c).text]
+        if found.alternatives:
+            info["alternatives"] = found.alternatives[:8]
         if not candidates and not any(isinstance(parse_gold(g)[1], Choice) for g in golds):
             return Reward(0.0, latency_s=time.perf_counter() - start, info=info)
         info["extracted"] = candidates[0] if len(candidates) == 1 else " | ".join(candidates)[:500]
         status, correct = "ok", False
         try:
-            if any(len(c) > MAX_ANSWER_CHARS for c in candidates):
-                raise TooLarge(f"answer longer than {MAX_ANSWER_CHARS} characters")
             for gold in golds:
                 correct = self._judge(gold, candidates, info, completion)
                 if correct:
