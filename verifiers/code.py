@@ -1,0 +1,286 @@
+"""``code``: run the completion's program against the reference's tests in the sandbox.
+
+The program is the last fenced Python block of the completion (```` ```python ````, ```` ```py ````
+or an untagged fence; a final fence the model never closed counts too). ``extract`` picks another
+strategy, ``fallback="raw"`` uses the whole completion when there is no block.
+
+Reference format (task suites produce exactly this)::
+
+    {
+        "tests": ["assert f(1) == 2", ...],   # Python snippets, each run after the solution in a
+                                              # fresh namespace holding it (MBPP: one assert per
+                                              # test; HumanEval: one test = the dataset's `test`
+                                              # source followed by "check(<entry_point>)")
+        "entry_point": "f",                   # optional: the function the tests call (HumanEval)
+        "setup": "from typing import List",   # optional: code run before the solution
+        "stdio": [{"input": "1 2\\n", "output": "3\\n"}, ...],   # optional: stdin/stdout cases,
+                                              # outputs compared with trailing whitespace of every
+                                              # line (and trailing blank lines) removed
+    }
+
+At least one of ``tests``/``stdio`` must be non-empty, else the reference is broken (status
+``error``). A test passes only if it runs to its end without raising; a stdio case passes if the
+program exits 0 and prints the expected output. The score is the fraction passed, or 1/0 with
+``all_or_nothing=True``; ``components["pass_rate"]`` always holds the fraction.
+
+Statuses: the solution crashing, timing out, running out of memory or cheating is the *model's*
+failure: status ``ok``, those tests failed. ``error``/``timeout`` are reserved for the sandbox
+itself failing (it could not start, or it stopped answering within its own budget); no extracted
+program gives score 0 with ``info["extracted"] = None``. ``info`` carries the per-test outcomes.
+
+Time: each test (and each stdio case) gets ``timeout_s``, but the whole item stays within
+``total_timeout_s`` (per-test budgets shrink when there are many tests), which must stay below
+the verifier runner's per-item deadline, or a looping program would be charged to the verifier.
+
+Example::
+
+    from verifiers import get_verifier
+    v = get_verifier("code", all_or_nothing=True)
+    v.score("```python\\ndef f(x):\\n    return 2 * x\\n```", {"tests": ["assert f(2) == 4"]}).score  # 1.0
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import os
+import time
+import warnings
+
+from verifiers.base import Reward, Verifier
+from verifiers.registry import register_verifier
+
+PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3", "python 3"})
+EXTRACT_MODES = ("last_block", "first_block", "all_blocks", "raw")
+FALLBACKS = ("none", "raw")
+DETAIL_CHARS = 300
+MAX_PER_TEST_INFO = 64
+OUTPUT_INFO_CHARS = 2000
+
+
+def code_blocks(text: str) -> list[tuple[str, str, bool]]:
+    """Fenced blocks of ``text`` as ``(language tag, code, closed)``, in order. Linear time.
+
+    A fence is a line whose stripped text starts with three backticks; the tag is what follows
+    them on the opening line (lower-cased).
+    """
+    blocks, lang, body, inside = [], "", [], False
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            if inside:
+                blocks.append((lang, "\n".join(body), True))
+                inside, body = False, []
+            else:
+                inside, lang, body = True, stripped[3:].strip().lower(), []
+            continue
+        if inside:
+            body.append(line)
+    if inside:
+        blocks.append((lang, "\n".join(body), False))
+    return blocks
+
+
+def extract_program(completion: str, mode: str = "last_block", fallback: str = "none") -> str | None:
+    """The program in ``completion`` (see the module docstring), or None when there is none."""
+    if mode == "raw":
+        return completion if completion.strip() else None
+    python = [code for lang, code, _ in code_blocks(completion) if lang in PYTHON_TAGS and code.strip()]
+    if python:
+        if mode == "first_block":
+            return python[0]
+        if mode == "all_blocks":
+            return "\n\n".join(python)
+        return python[-1]
+    if fallback == "raw" and completion.strip():
+        return completion
+    return None
+
+
+def same_output(actual: str, expected: str) -> bool:
+    """Equal after removing trailing whitespace of every line and trailing blank lines."""
+    def norm(s: str) -> list[str]:
+        lines = [line.rstrip() for line in s.replace("\r\n", "\n").split("\n")]
+        while lines and not lines[-1]:
+            lines.pop()
+        return lines
+
+    return norm(actual) == norm(expected)
+
+
+def names_to_keep(program: str, tests: list[str], entry_point: str | None) -> list[str]:
+    """Solution names that shadow a builtin but are what the tests are meant to call.
+
+    The sandbox shows tests the real builtins, so ``abs = lambda x: 0`` cannot fake
+    ``assert abs(f(x) - y) < 1e-9``. But MBPP has tasks whose function *is* named like a builtin
+    (``def sum(a, b)``, tested as ``assert sum(10, 15) == 6``). Rule: the entry point is always
+    kept; other builtin-shadowing definitions are kept only when the tests call no other function
+    the solution defines (then the shadowing name must be the function under test).
+    """
+    keep = {entry_point} if entry_point else set()
+    tree = _parse(program)
+    if tree is None:
+        return sorted(keep)
+    defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    called: set[str] = set()
+    for test in tests:
+        test_tree = _parse(test)
+        if test_tree is not None:
+            called |= {n.func.id for n in ast.walk(test_tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    under_test = called & defined
+    if not under_test - set(dir(builtins)):
+        keep |= under_test
+    return sorted(keep)
+
+
+def _parse(source: str) -> ast.Module | None:
+    with warnings.catch_warnings():  # datasets hold strings like "\w" that warn when parsed
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(source)
+        except (SyntaxError, ValueError):
+            return None
+
+
+def _check_reference(reference: object) -> str | None:
+    """Why ``reference`` is unusable, or None when it is fine."""
+    if not isinstance(reference, dict):
+        return f"reference must be a dict, got {type(reference).__name__}"
+    tests, stdio = reference.get("tests") or [], reference.get("stdio") or []
+    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+        return "reference['tests'] must be a list of str"
+    if not isinstance(stdio, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("input", ""), str) and isinstance(c.get("output"), str) for c in stdio
+    ):
+        return "reference['stdio'] must be a list of {'input': str, 'output': str}"
+    if not tests and not stdio:
+        return "reference has neither 'tests' nor 'stdio'"
+    for key in ("entry_point", "setup"):
+        if key in reference and not isinstance(reference[key], str):
+            return f"reference[{key!r}] must be a str"
+    return None
+
+
+@register_verifier("code")
+class CodeVerifier(Verifier):
+    """Runs the completion's Python program against ``reference["tests"]`` / ``["stdio"]`` in the
+    sandbox (see the module docstring for the reference format and statuses).
+
+    Args:
+        all_or_nothing: score 1.0 only when every test passes (else the fraction passed).
+        extract: ``last_block`` (default), ``first_block``, ``all_blocks`` (joined), ``raw``.
+        fallback: without any Python block: ``none`` (no program, score 0) or ``raw`` (the whole
+            completion is the program).
+        timeout_s: seconds per test and per stdio case.
+        total_timeout_s: upper bound for one item (keep it below the runner's deadline).
+        memory_mb: memory cap of the program's whole process tree, MiB.
+        guard_solution: restore the standard library after every call into the solution and
+            reject returned objects that fake comparisons (see ``sandbox.pyguard``).
+        sandbox_slots: concurrent sandboxes this verifier keeps per process.
+        allow_weak_isolation: run even where the machine lacks the strong isolation (warns).
+    """
+
+    name = "code"
+    description = "runs the last fenced Python block against unit tests / stdin-stdout cases in the sandbox"
+
+    def __init__(self, all_or_nothing: bool = False, extract: str = "last_block", fallback: str = "none",
+                 timeout_s: float = 4.0, total_timeout_s: float = 8.0, memory_mb: int = 512,
+                 guard_solution: bool = True, sandbox_slots: int = 1, allow_weak_isolation: bool = False):
+        if extract not in EXTRACT_MODES:
+            raise ValueError(f"code: extract must be one of {EXTRACT_MODES}, got {extract!r}")
+        if fallback not in FALLBACKS:
+            raise ValueError(f"code: fallback must be one of {FALLBACKS}, got {fallback!r}")
+        if not (timeout_s > 0 and total_timeout_s > 0):
+            raise ValueError("code: timeout_s and total_timeout_s must be > 0")
+        self.all_or_nothing = bool(all_or_nothing)
+        self.extract = extract
+        self.fallback = fallback
+        self.timeout_s = float(timeout_s)
+        self.total_timeout_s = float(total_timeout_s)
+        self.memory_mb = int(memory_mb)
+        self.guard_solution = bool(guard_solution)
+        self.sandbox_slots = max(1, int(sandbox_slots))
+        self.allow_weak_isolation = bool(allow_weak_isolation)
+        self._pool = None
+        self._pool_pid = None
+
+    # The sandbox pool holds processes: it is made lazily in each process and never pickled (the
+    # verifier runner ships verifiers to its workers pickled).
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_pool"] = state["_pool_pid"] = None
+        return state
+
+    def _sandbox(self):
+        if self._pool is None or self._pool_pid != os.getpid():
+            from sandbox import SandboxPool
+
+            self._pool = SandboxPool(slots=self.sandbox_slots, allow_weak_isolation=self.allow_weak_isolation)
+            self._pool_pid = os.getpid()
+        return self._pool
+
+    def _limits(self, n_tests: int, n_stdio: int):
+        from sandbox import Limits
+
+        # Worst case: the solution's top level, then every test, then every stdio case, each
+        # running to its timeout; together they must fit in total_timeout_s.
+        budgets = n_tests + (1 if n_tests else 0) + n_stdio
+        share = self.total_timeout_s / max(1, budgets)
+        return Limits(timeout_s=max(0.05, min(self.timeout_s, share)), memory_mb=self.memory_mb)
+
+    def score(self, completion: str, reference: dict) -> Reward:
+        start = time.perf_counter()
+        problem = _check_reference(reference)
+        if problem is not None:
+            return Reward(0.0, status="error", latency_s=time.perf_counter() - start,
+                          info={"error": problem, "extracted": None})
+        program = extract_program(completion if isinstance(completion, str) else "", self.extract, self.fallback)
+        if program is None:
+            return Reward(0.0, components={"pass_rate": 0.0}, latency_s=time.perf_counter() - start,
+                          info={"extracted": None, "reason": "no Python program found in the completion"})
+        try:
+            outcomes, info = self._run(program, reference)
+        except Exception as exc:  # the sandbox could not run at all: not the model's fault
+            return Reward(0.0, status="error", latency_s=time.perf_counter() - start,
+                          info={"error": f"sandbox: {exc!r}", "extracted": program})
+        info["extracted"] = program
+        if info.get("sandbox_status", "ok") != "ok":
+            status = "timeout" if info["sandbox_status"] == "timeout" else "error"
+            return Reward(0.0, status=status, latency_s=time.perf_counter() - start, info=info)
+        passed, total = sum(o["passed"] for o in outcomes), len(outcomes)
+        fraction = passed / total
+        info.update(passed=passed, total=total, per_test=outcomes[:MAX_PER_TEST_INFO])
+        score = float(passed == total) if self.all_or_nothing else fraction
+        return Reward(score, components={"pass_rate": fraction}, latency_s=time.perf_counter() - start, info=info)
+
+    def _run(self, program: str, reference: dict) -> tuple[list[dict], dict]:
+        pool = self._sandbox()
+        tests, stdio = reference.get("tests") or [], reference.get("stdio") or []
+        setup, entry = reference.get("setup") or "", reference.get("entry_point")
+        outcomes: list[dict] = []
+        info: dict = {"sandbox_status": "ok"}
+        limits = self._limits(len(tests), len(stdio))
+        if tests:
+            report = pool.run_tests(program, tests, limits=limits, setup=setup,
+                                    keep_names=names_to_keep(program, tests, entry), guard_solution=self.guard_solution)
+            info.update(sandbox_status=report.status, tampered=report.tampered,
+                        stdout=report.stdout[:OUTPUT_INFO_CHARS], stderr=report.stderr[:OUTPUT_INFO_CHARS])
+            if report.status != "ok":
+                info["error"] = report.detail
+                return outcomes, info
+            outcomes += [{"passed": o.passed, "status": o.status, "detail": o.detail[:DETAIL_CHARS]}
+                         for o in report.per_test]
+        if stdio:
+            source = f"{setup}\n{program}" if setup else program
+            results = pool.execute_many([(source, case.get("input", "")) for case in stdio], limits=limits)
+            for case, result in zip(stdio, results):
+                if result.status == "error":
+                    info.update(sandbox_status="error", error=result.detail)
+                    return outcomes, info
+                ok = result.status == "ok" and result.exit_code == 0 and same_output(result.stdout, case["output"])
+                detail = "" if ok else (f"{result.status}, exit {result.exit_code}: {result.detail}" if
+                                        result.status != "ok" or result.exit_code != 0 else "wrong output")
+                outcomes.append({"passed": ok, "status": "passed" if ok else ("failed" if result.status == "ok" else
+                                 result.status), "detail": detail[:DETAIL_CHARS]})
+            info.setdefault("stderr", results[-1].stderr[:OUTPUT_INFO_CHARS] if results else "")
+        return outcomes, info
