@@ -323,3 +323,17 @@ def test_hostile_input_fails_fast_in_process_from_a_worker_thread(math):
         assert value == 0.0, (i, status)
         assert status in ("ok", "error")
         assert seconds < 5, (i, seconds)
+
+
+def test_no_super_linear_patterns_on_long_repetitive_input(math):
+    """Every regular expression and parser step must stay near-linear: repeated fragments found by
+    fuzzing once took 20-60 s (a backtracking number pattern, ANTLR on |-bars, \\pm expansion)."""
+    fragments = ["9", "\\", "1e|", "\\pm", "(", "{", "answer is ", "$", "**", "<answer>", "1,", "1.", "or maybe 1 ",
+                 "\\overline{", "x 10^", "\\frac{", "=", " U ", "Answers: ", "\n", "\\boxed{"]
+    for fragment in fragments:
+        for text in (fragment * (20_000 // len(fragment)), "The answer is " + fragment * (3_000 // len(fragment)),
+                     "\\boxed{" + fragment * (3_000 // len(fragment)) + "}"):
+            start = time.perf_counter()
+            reward = score(math, text, "42")
+            assert time.perf_counter() - start < 2.0, (fragment, len(text))
+            assert reward.score == 0.0
