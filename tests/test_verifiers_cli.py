@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from verifiers import cli
+from verifiers import Reward, Verifier, cli, register_verifier
 from verifiers.audit import audit, format_report, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,6 +121,23 @@ def test_audit_gate_format_then_math_catches_format_hacks():
     assert all(r.verdict.startswith("caught") for r in report.rows if r.category == "format_hack")
 
 
+@register_verifier("test_needs_tests")
+class NeedsTests(Verifier):
+    """Understands only {"tests": [...]} references (like a code verifier)."""
+
+    def score(self, completion, reference):
+        if "tests" not in reference:
+            return Reward(0.0, status="error", info={"error": "reference has no tests"})
+        return Reward(1.0)
+
+
+def test_audit_of_a_verifier_with_another_reference_shape():
+    report = audit("test_needs_tests", timeout_s=3)
+    assert report.ok and "audit_cases()" in report.note
+    assert {r.verdict for r in report.rows if r.category == "golden"} == {"n/a"}
+    assert all(r.verdict.startswith("caught") for r in report.rows if r.category in ("giant", "pathological"))
+
+
 def test_verdicts():
     assert verdict("accept", 1.0, "ok") == "ok"
     assert verdict("accept", 1.0, "timeout") == "MISSED"
@@ -131,7 +148,7 @@ def test_verdicts():
 
 
 def test_commands_do_not_import_torch():
-    code = ("import sys, argparse; from verifiers import cli; p = argparse.ArgumentParser(); "
+    code = ("import sys, argparse; from verifiers import Reward, Verifier, cli, register_verifier; p = argparse.ArgumentParser(); "
             "cli.add_parser(p.add_subparsers()); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 

@@ -73,7 +73,7 @@ def test_register_verifier_in_process(clean_registry):
 
 
 def test_options_come_from_config():
-    assert get_verifier("math", tolerance=1e-6).tolerance == 1e-6
+    assert get_verifier("math", tolerance=1e-4).tolerance.relative == 1e-4
     with pytest.raises(TypeError, match="valid options: tolerance"):
         get_verifier("math", tolerence=1e-6)
 

@@ -11,6 +11,7 @@ ok            a golden case scored as expected
 MISSED        a correct response earned no credit (or the exact score differs: WRONG)
 caught        a response that must not earn credit did not (score <= 0, or timeout/error)
 LET THROUGH   a wrong, hedged, hacked or hostile response earned credit
+n/a           the built-in final-answer cases, for a verifier that rejects their references
 ============  ==============================================================================
 
 ``AuditReport.ok`` is False when a golden case failed or a hedge or hostile input got through;
@@ -28,6 +29,7 @@ from verifiers.registry import get_verifier
 from verifiers.runner import VerifierRunner
 
 INFORMATIONAL = ("format_hack",)
+BORROWED_CATEGORIES = ("golden", "hedging", "empty", "format_hack")  # the built-in final-answer set
 
 
 @dataclass
@@ -95,6 +97,13 @@ def audit(name: str, options: dict | None = None, *, timeout_s: float = 5.0, wor
         report.rows.append(AuditRow(probe["id"], probe["category"], probe["expect"], reward.score, reward.status,
                                     1e3 * reward.latency_s, verdict(probe["expect"], reward.score, reward.status),
                                     reward.info.get("extracted")))
+    borrowed = [r for r in report.rows if r.category in BORROWED_CATEGORIES]
+    if not callable(getattr(verifier, "audit_cases", None)) and borrowed and all(r.status == "error" for r in borrowed):
+        # The verifier rejects the built-in {"answer": ...} references outright: those cases do not apply to it.
+        for r in borrowed:
+            r.verdict = "n/a"
+        report.note += ("; the verifier reports status=error on all of them (it expects another reference), so they "
+                        "are marked n/a: give it an audit_cases() method to audit its golden behaviour")
     return report
 
 
