@@ -455,7 +455,7 @@ SECOND_PASS = [
     ("wrong_answers", r"\boxed{F_n = \sum_{k=0}^{n-2} F_k F_{n-k-2}}", r"F_n = \sum_{k=0}^{n-1} F_k F_{n-k-1}", 0),
     ("norm_scientific", r"\boxed{\frac{100}{3}}", "33.3", 1),
     ("norm_matrix", r"\boxed{\begin{pmatrix}0.290243531202435\\0.196008371385084\\-0.186381278538813\end{pmatrix}}", r"(\begin{pmatrix}0.29\\0.196\\-0.186\\\end{pmatrix})", 1),
-    ("norm_scientific", r"\boxed{4.52 \times 10^{33}}", "4.5e33", 1),
+    ("norm_scientific", r"\boxed{4.52 \times 10^{33}}", "4.5e33", 0),  # another rounding, not the gold's
     ("tiny_values", r"\boxed{3.0e-10}", "2e-10", 0),
     ("tiny_values", r"\boxed{0.54}", "0.5", 0),
     ("extract_answer_is", "The final answer is 3.14.", "3.15", 0),
@@ -492,6 +492,62 @@ THIRD_PASS = [
 ]
 for _category, _completion, _answer, _expected in THIRD_PASS:
     case(_category, _completion, _answer, _expected, "third pass")
+
+# ----------------------------------------------------------------------------- fourth pass: over- and under-leniency
+# Rounded golds (exact or full-precision answers accepted, other roundings not), siunitx, braces without
+# backslashes, number words, conditional alternatives, negated answers, and formatting odds and ends.
+FOURTH_PASS = [
+    ("tiny_values", r"\boxed{1.54}", "1.5", 0),
+    ("tiny_values", r"\boxed{0.152}", "0.15", 0),
+    ("norm_scientific", r"\boxed{\frac{100}{3}}", "33.3", 1),
+    ("norm_scientific", r"\boxed{33.33}", "33.3", 0),
+    ("norm_scientific", r"\boxed{33.3333333}", "33.3", 1),
+    ("norm_thousands", r"\boxed{\num{1234}}", "1234", 1),
+    ("norm_units_degrees", r"\boxed{\SI{5}{\meter}}", "5", 1),
+    ("norm_tuple_set", r"\boxed{{1, 2}}", r"\{2, 1\}", 1),
+    ("norm_tuple_set", "The answer is {1, 2}.", r"\{1, 2\}", 1),
+    ("norm_scientific", "The answer is one million.", "1000000", 1),
+    ("norm_scientific", "The answer is twenty-five.", "25", 1),
+    ("norm_scientific", "The answer is forty.", "40", 1),
+    ("hedging", "\\boxed{5}\n\nNote: if the question meant the other base, the answer would be 6.", "5", 0),
+    ("wrong_answers", "The answer is not 42.", "42", 0),
+    ("extract_last_number", "It's not 42, it's 43.", "43", 1),
+    ("extract_boxed", r"\boxed{\displaystyle\frac{1}{2}}", "0.5", 1),
+    ("extract_boxed", r"\boxed{\left. 5 \right.}", "5", 1),
+    ("extract_boxed", r"\boxed{42.}", "42", 1),
+    ("extract_boxed", r"$x = \boxed{5}$", "5", 1),
+    ("norm_dfrac", r"\boxed{\frac{1}{2}\sqrt{3}}", r"\frac{\sqrt{3}}{2}", 1),
+    ("norm_dfrac", r"\boxed{2 \sqrt 3}", r"2\sqrt{3}", 1),
+    ("norm_dfrac", r"\boxed{\sqrt{3}/2}", r"\frac{\sqrt3}{2}", 1),
+    ("norm_choice", r"$\boxed{(\text{C})}$", "C", 1),
+    ("norm_choice", r"**(C)**", "C", 1),
+    ("norm_choice", r"Answer: $\text{(C)}$", "C", 1),
+    ("norm_choice", r"The answer is $\boxed{\textbf{(C) }12}$", r"\textbf{(C)}", 1),
+    ("norm_choice", r"\boxed{(C) 42 \text{ or } (D) 43}", "C", 0),
+    ("norm_interval", r"\boxed{\left[-2, 7\right]}", "[-2,7]", 1),
+    ("norm_interval", r"\boxed{(-∞,-3)∪(3,∞)}", r"(-\infty, -3) \cup (3, \infty)", 1),
+    ("norm_equation", r"\boxed{y=2x+3}", "2x - y + 3 = 0", 1),
+    ("norm_equation", r"\boxed{2x - y + 3 = 0}", "y = 2x + 3", 1),
+    ("norm_equation", r"\boxed{4x+8y=6}", "2x+4y=3", 1),
+    ("norm_matrix", r"\boxed{\begin{pmatrix} 1 \\ 2 \\ 3 \end{pmatrix}}", r"\langle 1, 2, 3 \rangle", 1),
+    ("norm_dollars_percent", r"\boxed{\$1,234.56}", "1234.56", 1),
+    ("norm_dollars_percent", "So 25% of the students passed.", "25", 1),
+    ("norm_units_degrees", r"\boxed{3\frac{1}{2} \text{ hours}}", "3.5", 1),
+    ("norm_units_degrees", "The temperature is 45°F.", "45", 1),
+    ("norm_scientific", r"\boxed{10^6}", "1000000", 1),
+    ("norm_scientific", r"\boxed{1e6}", "1,000,000", 1),
+    ("extract_gsm8k", "#### 18.", "18", 1),
+    ("extract_gsm8k", "####18", "18", 1),
+    ("extract_answer_is", "The answer is: $18", "18", 1),
+    ("extract_last_number", "Therefore, Janet makes 18 dollars.", "18", 1),
+    ("extract_boxed", "<think>\nlet me see\n</think>\n\\boxed{5}", "5", 1),
+    ("multipart", r"\boxed{2}, \boxed{3}, \boxed{4}", "2, 3", 0),
+    ("multipart", r"\boxed{-3, 3}", r"\pm 3", 1),
+    ("norm_text", r"\boxed{\text{not even}}", r"\text{even}", 0),
+    ("norm_plain_math", r"\boxed{\pi}", "3.14", 1),
+]
+for _category, _completion, _answer, _expected in FOURTH_PASS:
+    case(_category, _completion, _answer, _expected, "fourth pass")
 
 
 def main() -> None:

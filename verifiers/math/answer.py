@@ -108,7 +108,10 @@ _SCALE_WORDS = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
 _SCALE_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(thousand|million|billion|trillion)\b", re.I)
 _NUMBER_WORDS = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
+    "seventeen eighteen nineteen".split())}
+_NUMBER_WORDS.update({w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), 2)})
+_NUMBER_WORD_RE = re.compile(r"^(?:a|(%s)(?:[- ](%s))?)(?:\s+(hundred|thousand|million|billion))?$" % (
+    "|".join(_NUMBER_WORDS), "one|two|three|four|five|six|seven|eight|nine"), re.I)
 _THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$|^[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")
 _WORD_ANSWER_RE = re.compile(r"^[A-Za-z][A-Za-z' -]*[A-Za-z]$")  # "Odd", "no solution", "Evelyn"
 _BRACKETED_ENV_RE = re.compile(r"^[(\[]\s*(\\begin\{.*\\end\{[a-zA-Z]+\})\s*[)\]]$", re.S)
@@ -189,8 +192,9 @@ def _parse(s: str, percent: bool, numeric_gold: bool, depth: int) -> Answer:
 def _scalar(s: str, percent: bool, numeric_gold: bool) -> Answer:
     s = _SCALE_RE.sub(lambda m: f"({m.group(1)}*10^{_SCALE_WORDS[m.group(2).lower()]})", s)
     word = s.strip().lower()
-    if word in _NUMBER_WORDS:
-        s = str(_NUMBER_WORDS[word])
+    number = _number_words(word)
+    if number is not None:
+        s = str(number)
     elif _WORD_ANSWER_RE.match(s.strip()) and len(s.strip()) >= 3 and word not in _MATH_WORDS:
         return Text(_text_key(s))
     try:
@@ -212,10 +216,14 @@ def _scalar(s: str, percent: bool, numeric_gold: bool) -> Answer:
 _DECIMAL_LITERAL_RE = re.compile(r"^[-+]?(\d*)\.(\d+)(?:e([-+]?\d+))?$|^[-+]?(\d+)e([-+]?\d+)$", re.I)
 
 
+_TIMES_TEN_LITERAL_RE = re.compile(r"^([-+]?\d*\.?\d+)\s*\*\s*10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?$")
+
+
 def _literal_precision(s: str) -> tuple[Fraction | None, int | None]:
     """``(ulp, significant digits)`` of a decimal literal such as ``0.29`` or ``4.5e33``; ``(None, None)``
     for anything else (integers, fractions, expressions are exact)."""
-    m = _DECIMAL_LITERAL_RE.match(s.strip())
+    times_ten = _TIMES_TEN_LITERAL_RE.match(s.strip())  # 4.52 * 10^{33} is the literal 4.52e33
+    m = _DECIMAL_LITERAL_RE.match(f"{times_ten.group(1)}e{times_ten.group(2)}" if times_ten else s.strip())
     if not m:
         return None, None
     if m.group(4) is not None:  # 3e6: one significant digit at 10^6
@@ -224,6 +232,21 @@ def _literal_precision(s: str) -> tuple[Fraction | None, int | None]:
         whole, frac, exp = m.group(1), m.group(2), int(m.group(3) or 0)
     digits = (whole + frac).lstrip("0")
     return Fraction(10) ** (exp - len(frac)), len(digits)
+
+
+def _number_words(word: str) -> int | None:
+    """``"twenty-five"`` -> 25, ``"one million"`` -> 1000000, ``"seven"`` -> 7; None otherwise."""
+    m = _NUMBER_WORD_RE.match(word)
+    if not m or (m.group(1) is None and m.group(3) is None):
+        return None
+    value = _NUMBER_WORDS[m.group(1).lower()] if m.group(1) else 1
+    if m.group(2):
+        if value < 20 or value % 10:
+            return None
+        value += _NUMBER_WORDS[m.group(2).lower()]
+    if m.group(3):
+        value *= {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}[m.group(3).lower()]
+    return value
 
 
 def strip_units(s: str, *, aggressive: bool) -> str | None:
@@ -325,6 +348,8 @@ def _is_variable(a: Answer) -> bool:
 
 
 def _enclosure(s: str, sub) -> Answer | None:
+    if s.startswith("{") and s.endswith("}") and _closes_at_end(s, 0) and len(split_top(s[1:-1], (",",))) > 1:
+        s = "\\{" + s[1:-1] + "\\}"  # {1, 2} written without backslashes
     if s.startswith("\\{") and s.endswith("\\}") and _closes_at_end(s, 1):
         inner = s[2:-2]
         items = split_top(inner, (",", ";")) if inner.strip() else []

@@ -10,9 +10,9 @@ Rules, by the shape of the gold (see :mod:`verifiers.math.answer`):
 
   so ``2^{-98}`` and ``2^{-99}`` differ (an absolute tolerance would call them equal).
 * **rounded golds**: a decimal gold with two or more significant digits stands for its rounding
-  interval, so a *more precise* answer that rounds to it matches (``33.3`` vs ``\\frac{100}{3}``,
-  ``0.29`` vs ``0.2902``); ``0.5`` (one digit) and answers written to the gold's own precision
-  must match exactly (``3.14`` vs ``3.15`` differ).
+  interval, so an exact answer or a full-precision decimal that rounds to it matches (``33.3`` vs
+  ``\\frac{100}{3}``, ``0.29`` vs ``0.290243``); ``0.5`` (one digit) and answers rounded differently
+  must match exactly (``3.14`` vs ``3.15``, ``1.5`` vs ``1.54`` differ).
 * **percent**: ``50\\%`` matches ``50`` and ``0.5``.
 * **formulas in variables** must use the same variables and agree at four fixed points
   (polynomial-identity testing: two different rational functions agree on random points with
@@ -95,13 +95,14 @@ def _scalar(gold: Scalar, pred: Answer, tol: Tolerance) -> bool | None:
 
 
 def _rounds_to_gold(gold: Scalar, pred: Scalar, gv, pv) -> bool:
-    """A decimal gold such as ``0.29`` stands for [0.285, 0.295]: accept a *more precise* answer in
-    that range. One significant digit is too coarse to mean a range (``0.5`` is 0.5), and an answer
-    written to the same precision as the gold must simply equal it."""
+    """A decimal gold such as ``0.29`` stands for [0.285, 0.295]: accept an exact answer
+    (``\\frac{100}{3}`` for ``33.3``) or a full-precision decimal (three or more extra places) in that
+    range. One significant digit is too coarse to mean a range (``0.5`` is 0.5), and an answer rounded
+    differently (``1.54`` for ``1.5``) must simply equal it."""
     if gold.ulp is None or (gold.sig or 0) < 2:
         return False
-    if pred.ulp is not None and pred.ulp >= gold.ulp:
-        return False
+    if pred.ulp is not None and pred.ulp * 1000 > gold.ulp:
+        return False  # a decimal answer must be a full-precision value (0.290243...), not another rounding (1.54 for 1.5)
     try:
         diff = abs(complex(gv) - complex(pv))
     except (OverflowError, TypeError):

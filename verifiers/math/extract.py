@@ -50,6 +50,7 @@ _NEGATION_RE = re.compile(r"(?i)^\s*(?:not\b|never\b|wrong|incorrect|unclear|unk
 _ENUMERATION_RE = re.compile(
     r"(?:\d[\d.,/]*\s*(?:,\s*(?:or\b|and\b)?|\bor\b|\band\b|;)\s*){2,}[-+]?\d[\d.,/]*\s*\W{0,3}$")
 _OR_PAIR_RE = re.compile(r"\d[\d./]*\s*(?:,\s*(?:or\b)?|\bor\b)(?:\s+(?:maybe|perhaps|possibly|even))?\s*[-+]?\d[\d./]*\s*\W{0,3}$")
+_NEGATED_BEFORE_RE = re.compile(r"(?i)(?:\bnot|n't|\bnever|\bno\s+longer)\s+(?:equal\s+to\s+|be\s+|exactly\s+)?\$?$")
 _MARKDOWN_BOLD_RE = re.compile(r"(?<![\w)\]])\*\*|\*\*(?![\w(\[])")  # "**73**" but not "10**23"
 _THOUSANDS_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)")
 _MATH_SEGMENT_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)", re.S)
@@ -62,6 +63,7 @@ _ALTERNATIVE_CUE_RE = re.compile(
     r"|\balternatively,?\s+(?:the\s+answer\s+)?(?:(?:it|this|that)\s+)?(?:could|might|may|would|is)\s+(?:also\s+)?(?:be\b)?"
     r"|\banother\s+(?:possible\s+)?(?:answer|option|value|solution)\s+(?:is|would\s+be|could\s+be|might\s+be)\b"
     r"|\bor\s+(?:it\s+|the\s+answer\s+)?(?:could|might|may)\s+be\b"
+    r"|\banswer\s+(?:would|could|might)\s+(?:instead\s+)?be\b"
     r"|\b(?:actually|wait|oops|correction|no)\b[,.!:]?\s+(?:no[,.!]?\s+)?(?:it'?s|it\s+is|the\s+answer\s+is|that'?s|i\s+think\s+it'?s)\b)"
     r"[\s:*$]*")
 _ALTERNATIVE_VALUE_RE = re.compile(
@@ -270,6 +272,8 @@ def _last_number(region: str) -> Extraction:
     # A long response that stops on a digit or an operator was probably cut off mid-answer.
     if len(stripped) > 200 and _TRUNCATED_TAIL_RE.search(stripped[-64:]):
         return Extraction([], "truncated")
+    if _NEGATED_BEFORE_RE.search(stripped[max(0, last.start() - 40): last.start()]):
+        return Extraction([], "negated")  # "the answer is not 42": the last number is the one ruled out
     line_start = stripped.rfind("\n", 0, last.start()) + 1
     # only the end of the line: the pattern backtracks, and hostile lines are long
     tail = _THOUSANDS_RE.sub("N", stripped[max(line_start, last.end() - 200): last.end() + 3]).replace("N", "0")

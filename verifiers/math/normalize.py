@@ -25,7 +25,7 @@ _UNICODE = {
 _UNICODE_RE = re.compile("|".join(map(re.escape, _UNICODE)))
 
 # Commands whose argument is kept and whose name is dropped (styling, not meaning).
-_UNWRAP = ("text", "textbf", "textit", "textrm", "texttt", "textsf", "textup", "mathrm", "mathbf", "mathit",
+_UNWRAP = ("num", "text", "textbf", "textit", "textrm", "texttt", "textsf", "textup", "mathrm", "mathbf", "mathit",
            "mathsf", "mathtt", "mbox", "hbox", "operatorname", "boldsymbol", "bm", "emph", "mathnormal",
            "displaystyle", "boxed", "fbox", "framebox", "underline", "overline_text")
 _UNWRAP_RE = re.compile(r"\\(" + "|".join(_UNWRAP) + r")\s*\{")
@@ -41,6 +41,7 @@ _TRIG_DEGREES_RE = re.compile(
 _TIMES_TEN_RE = re.compile(r"(\d)\s*[xX]\s*(?=10\s*\^)")  # 6.02 x 10^23
 _UNION_U_RE = re.compile(r"(?<=[)\]])\s*U\s*(?=[(\[])")  # (-oo,-1) U (3,oo)
 _SCALE_WORDS = {"thousand", "million", "billion", "trillion"}
+_SI_RE = re.compile(r"\\(?:SI|qty)\s*\{([^{}]*)\}\s*\{[^{}]*\}")  # siunitx: \SI{5}{\meter}
 _PHANTOM_RE = re.compile(r"\\(?:phantom|hphantom|vphantom|label|tag)\s*\{[^{}]*\}")
 _CONNECTORS = {"and", "or", "if", "for", "all", "where", "with", "when", "but", "so", "then", "is", "are"}
 
@@ -146,6 +147,7 @@ def normalize(answer: str) -> Normalized:
     s = _TRIG_DEGREES_RE.sub(lambda m: f"\\{m.group(1)}({m.group(3)}*\\pi/180)", s)
     s = _TIMES_TEN_RE.sub(r"\1 * ", s)
     s = _UNION_U_RE.sub(r" \\cup ", s)
+    s = _SI_RE.sub(r" \1 ", s)
     s = _PHANTOM_RE.sub(" ", s)
     s = _SPACING_RE.sub(" ", s)
     s = _DEGREES_RE.sub(" ", s)
