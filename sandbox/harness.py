@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import gc
 import json.encoder
 import os
 import select
@@ -53,7 +54,8 @@ _stdout, _stderr = sys.stdout, sys.stderr
 _excepthook = sys.__excepthook__
 _run_exitfuncs = atexit._run_exitfuncs
 _thread_shutdown = threading._shutdown
-_restore, _test_namespace = pyguard.restore_modules, pyguard.test_namespace
+_test_namespace = pyguard.test_namespace
+_gc_collect, _gc_freeze = gc.collect, gc.freeze
 _guard_functions = pyguard.guard_solution_functions
 _ReturnRejected = pyguard.ReturnRejected
 
@@ -165,7 +167,9 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
     """Setup + solution once, then each test in its own fork. Never returns."""
     timeout = float(req["limits"]["timeout_s"])
     # Built before the solution runs: it must not use anything the solution could replace.
-    wrap = pyguard.make_return_guard(snap) if req.get("guard_solution") else None
+    # ``reached`` is filled in each test process with the standard modules its test can see.
+    reached: list = []
+    wrap = pyguard.make_return_guard(snap, reached) if req.get("guard_solution") else None
     ns = {"__name__": "solution", "__builtins__": builtins}
     sys.modules["__main__"] = types.ModuleType("__main__")
     # SIGALRM keeps its default action (terminate): the setup phase cannot outlive its timer,
@@ -181,8 +185,12 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
         _flush()
         _exit(0)
     _setitimer(_ITIMER_REAL, 0)
-    # From here on this process uses only the references captured at import (the solution may
-    # have patched any module); each test process restores the modules before its test.
+    # Let the solution's garbage die now (a finalizer may patch modules) and freeze the rest, so
+    # that no finalizer of the solution's top level runs in a test process. Each test process
+    # restores the modules its test can reach (pyguard.test_namespace).
+    _gc_collect()
+    _gc_freeze()
+    # From here on this process uses only the references captured at import.
     emit('{"ev":"setup","ok":1}')
     keep = frozenset(req.get("keep_names") or ())
     kill_all = bool(req.get("kill_all"))  # else only the test's own process group can be reached
@@ -191,7 +199,7 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
         start = _perf()
         pid = _fork()
         if pid == 0:
-            _one_test(i, source, ns, snap, keep, wrap, emit, controls)
+            _one_test(i, source, ns, snap, keep, wrap, reached, emit, controls)
         kind, code = _wait_test(pid, timeout)
         emit('{"ev":"end","i":%d,"kind":"%s","code":%d,"wall_s":%.6f}' % (i, kind, code, _perf() - start))
         try:  # whatever the test left behind (daemons, setsid'ed children)
@@ -203,13 +211,12 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
     _exit(0)
 
 
-def _one_test(i: int, source: str, ns: dict, snap: dict, keep, wrap, emit, controls) -> None:
-    """In the forked test process: restore, build the namespace, run, report. Never returns."""
+def _one_test(i: int, source: str, ns: dict, snap: dict, keep, wrap, reached, emit, controls) -> None:
+    """In the forked test process: build the namespace, run, report. Never returns."""
     name = "<test %d>" % i
     try:
         _setpgid(0, 0)
-        _restore(snap)
-        tns = _test_namespace(ns, snap, keep)
+        tns = _test_namespace(ns, snap, keep, reached)
         if wrap is not None:
             _guard_functions(tns, wrap)
         controls["set_test_globals"](tns)

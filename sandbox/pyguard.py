@@ -13,12 +13,16 @@ This module closes the in-process ways in:
   new audit hooks, new code objects (``code.__new__``, ``__code__`` rebinding, ``marshal.loads``
   outside the import system), reading ``__code__`` of test functions, and imports of the CPython
   test extensions and ``cffi``;
-* :func:`restore_modules` puts back, before each test, every module attribute, ``sys.modules``
-  entry and builtin that the program replaced (``math.isclose = lambda *a: True`` and friends);
 * :func:`test_namespace` gives each test a copy of the solution's namespace in which names that
-  shadow builtins or standard modules point at the real ones again (``abs = lambda x: 0``);
-* :func:`make_return_guard` (optional) rejects values returned to the tests whose class was made
-  by the program and overrides operators (the "always equal" object).
+  shadow builtins or standard modules point at the real ones again (``abs = lambda x: 0``), a
+  private copy of the builtins (so ``builtins.abs = ...`` cannot reach the test), and an
+  ``__import__`` that hands the test every standard module as it was in the zygote;
+  :func:`restore_modules` does the putting back (``math.isclose = lambda *a: True``, a fake
+  ``sys.modules['math']``, ``unittest.TestCase.assertEqual = ...``);
+* :func:`make_return_guard` (optional) wraps the solution's functions the tests call: after each
+  call the modules the test reached are restored again (patches made *during* a call cannot fake
+  the test's next lines) and returned values whose class the program made with operator
+  overrides are rejected (the "always equal" object).
 
 What remains is documented in docs/sandbox.md: exploiting CPython memory-safety bugs, and
 semantic tricks inside the program's own classes that tests call directly.
@@ -58,18 +62,13 @@ class _HookRefused(RuntimeError):
 
 
 # Modules whose *classes* tests lean on (unittest assertions, collection types, numbers): their
-# class dicts are restored too. Restoring every stdlib class costs ~8 ms, these ~0.2 ms.
+# class dicts are restored too, when the test reaches the module.
 CLASS_MODULES = (
     "unittest.case", "unittest.suite", "unittest.loader", "unittest.result", "unittest.runner",
     "collections", "numbers", "fractions", "enum", "json.encoder", "json.decoder", "statistics",
 )
-# Modules test code calls directly (plus builtins): restored after every call into the solution
-# when the solution's functions are guarded, cheap enough to do thousands of times.
-HOT_MODULES = (
-    "math", "cmath", "operator", "collections", "itertools", "functools", "re", "string", "json",
-    "fractions", "decimal", "statistics", "numbers", "heapq", "bisect", "copy", "unittest",
-    "unittest.case", "sys", "types", "typing", "random",
-)
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: classes written in Python (their dicts can be patched)
+_MISSING = object()
 
 
 def take_snapshot() -> dict:
@@ -77,7 +76,7 @@ def take_snapshot() -> dict:
 
     ``modules``: sys.modules as it was (minus the sandbox's own modules and ``__main__``);
     ``dicts``: a shallow copy of each module's namespace; ``builtins``: the builtins namespace;
-    ``classes``: (class, copy of its __dict__) for the classes of :data:`CLASS_MODULES`;
+    ``classes``: module name -> [(class, copy of its __dict__)] for :data:`CLASS_MODULES`;
     ``known_types``: ids of every class that existed (so a class made later was made by a program).
     A plain dict on purpose: see the module docstring on why nothing here is a class with methods.
     """
@@ -91,81 +90,119 @@ def take_snapshot() -> dict:
         if id(cls) not in known:
             known.add(id(cls))
             stack.extend(type.__subclasses__(cls))
-    classes = []
+    classes: dict[str, list] = {}
     for name in CLASS_MODULES:
         for value in vars(modules[name]).values() if name in modules else ():
             if isinstance(value, type) and value.__module__ == name and value.__flags__ & _HEAPTYPE:
-                classes.append((value, dict(value.__dict__)))
+                classes.setdefault(name, []).append((value, dict(value.__dict__)))
     return {
         "modules": modules,
         "dicts": {name: dict(mod.__dict__) for name, mod in modules.items()},
-        "hot": [name for name in HOT_MODULES if name in modules],
+        "ids": {id(mod): name for name, mod in modules.items()},
         "builtins": dict(builtins.__dict__),
         "classes": classes,
         "known_types": frozenset(known),
     }
 
 
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: classes written in Python (their dicts can be patched)
-
-
-def restore_modules(snap: dict, only: list[str] | None = None) -> int:
+def restore_modules(snap: dict, only=None) -> int:
     """Undo what a program did to shared interpreter state; returns how many entries were reset.
 
-    Resets ``sys.modules`` entries, module attributes (all modules, or the names in ``only``),
-    builtins, and the class dicts of :data:`CLASS_MODULES`. Only identity changes are undone:
-    caches that modules mutate in place (``re._cache``) are the same objects and stay as they are.
-    Module attributes a program *added* are left alone (harmless); class attributes it added are
-    removed (``TestCase.assertEqual`` replaced or shadowed by a new one).
+    ``only=None``: every ``sys.modules`` entry, module attribute, builtin and class of
+    :data:`CLASS_MODULES`. Otherwise just the modules named in ``only`` (their ``sys.modules``
+    entry, their attributes, and the classes of the CLASS_MODULES at or below them). A restore
+    touches every value it checks, and in a freshly forked process each touch costs a
+    copy-on-write page fault (~6 ms for everything, far less for a few modules): tests restore
+    only the modules they can reach.
+
+    Only identity changes are undone: caches that modules mutate in place (``re._cache``) stay.
+    Module attributes a program *added* stay (harmless); class attributes it added are removed.
     """
     fixed = 0
-    modules = snap["modules"]
-    if only is None:
-        for name, mod in modules.items():
-            if sys.modules.get(name) is not mod:
-                sys.modules[name] = mod
-                fixed += 1
-    dicts = snap["dicts"]
-    for name in (dicts if only is None else only):
-        d, saved = modules[name].__dict__, dicts[name]
-        for key, value in saved.items():
+    modules, dicts = snap["modules"], snap["dicts"]
+    names = modules if only is None else [n for n in only if n in modules]
+    for name in names:
+        mod = modules[name]
+        if sys.modules.get(name) is not mod:
+            sys.modules[name] = mod
+            fixed += 1
+        d = mod.__dict__
+        for key, value in dicts[name].items():
             if d.get(key, _MISSING) is not value:
                 d[key] = value
                 fixed += 1
-    bd = builtins.__dict__
-    for key, value in snap["builtins"].items():
-        if bd.get(key, _MISSING) is not value:
-            bd[key] = value
-            fixed += 1
-    for cls, saved in snap["classes"]:
-        current = cls.__dict__
-        if len(current) != len(saved):
-            for key in [k for k in current if k not in saved]:
-                type.__delattr__(cls, key)
+    if only is None:
+        bd = builtins.__dict__
+        for key, value in snap["builtins"].items():
+            if bd.get(key, _MISSING) is not value:
+                bd[key] = value
                 fixed += 1
-        for key, value in saved.items():
-            if current.get(key, _MISSING) is not value:
-                type.__setattr__(cls, key, value)
-                fixed += 1
+    for module_name, classes in snap["classes"].items():
+        if only is not None and not any(module_name == n or module_name.startswith(n + ".") for n in names):
+            continue
+        for cls, saved in classes:
+            current = cls.__dict__
+            if len(current) != len(saved):
+                for key in [k for k in current if k not in saved]:
+                    type.__delattr__(cls, key)
+                    fixed += 1
+            for key, value in saved.items():
+                if current.get(key, _MISSING) is not value:
+                    type.__setattr__(cls, key, value)
+                    fixed += 1
     return fixed
 
 
-_MISSING = object()
+_IMPORT_SOURCE = '''
+def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
+    """The test's __import__: the modules an import statement binds come back as they were in
+    the zygote (sys.modules entry and attributes), and are remembered as reached by the test."""
+    if level == 0 and type(name) is str:
+        parts = name.split(".")
+        wanted = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        for item in fromlist or ():
+            if type(item) is str:
+                wanted.append(name + "." + item)
+        wanted = [n for n in wanted if n in modules]
+        if wanted:
+            restore(snap, wanted)
+            for n in wanted:
+                if n not in reached:
+                    reached.append(n)
+    return real_import(name, globals, locals, fromlist, level)
+'''
 
 
-def test_namespace(solution_ns: dict, snap: dict, keep: frozenset = frozenset()) -> dict:
+def test_namespace(solution_ns: dict, snap: dict, keep: frozenset = frozenset(), reached: list | None = None) -> dict:
     """A fresh namespace for one test: the solution's names, minus its shadowing of builtins and
-    standard modules (``keep`` lists names the tests are meant to call, e.g. the entry point)."""
+    standard modules (``keep`` lists names the tests are meant to call, e.g. the entry point), with
+    a private copy of the builtins whose ``__import__`` restores what the test imports.
+
+    Every standard module the test can reach by name is restored now and appended to ``reached``
+    (the return guard restores those again after each call into the solution).
+    """
+    reached = [] if reached is None else reached
     ns = dict(solution_ns)
+    module_ids, modules = snap["ids"], snap["modules"]
     for name in list(ns):
         if name.startswith("__") or name in keep:
             continue
-        if name in snap["builtins"] and ns[name] is not snap["builtins"][name]:
+        value = ns[name]
+        if name in snap["builtins"] and value is not snap["builtins"][name]:
             del ns[name]  # the test sees the real builtin
-        elif name in snap["modules"] and ns[name] is not snap["modules"][name]:
-            ns[name] = snap["modules"][name]
+        elif name in modules and value is not modules[name]:
+            ns[name] = value = modules[name]
+        if isinstance(value, types.ModuleType) and id(value) in module_ids:
+            reached.append(module_ids[id(value)])
+    if reached:
+        restore_modules(snap, reached)
     # A private copy: replacing builtins.abs from inside a call cannot reach the test's lookups.
-    ns["__builtins__"] = dict(snap["builtins"])
+    test_builtins = dict(snap["builtins"])
+    env = {"__builtins__": {"type": type, "str": str, "len": len, "range": range}, "modules": modules, "restore": restore_modules,
+           "snap": snap, "reached": reached, "real_import": snap["builtins"]["__import__"]}
+    exec(compile(_IMPORT_SOURCE, "<test import>", "exec"), env)
+    test_builtins["__import__"] = env["guarded_import"]
+    ns["__builtins__"] = test_builtins
     return ns
 
 
@@ -273,7 +310,8 @@ def wrap(fn):
         try:
             result = fn(*args, **kwargs)
         finally:
-            restore(snap, hot)  # what the call patched must not reach the test's next lines
+            if reached:  # what the call patched must not reach the test's next lines
+                restore(snap, reached)
         check(result, 0, [20000])
         return result
     guarded.__name__ = fn.__name__
@@ -289,9 +327,10 @@ class ReturnRejected(AssertionError):
     the module docstring)."""
 
 
-def make_return_guard(snap: dict):
-    """``wrap(fn)``: calls ``fn``, then restores the modules tests use (:data:`HOT_MODULES`) and
-    rejects returned values as :data:`_GUARD_SOURCE` describes.
+def make_return_guard(snap: dict, reached: list):
+    """``wrap(fn)``: calls ``fn``, then restores the standard modules the test has reached (the
+    list ``reached``, filled by :func:`test_namespace` and the test's imports) and rejects returned
+    values as :data:`_GUARD_SOURCE` describes.
 
     Built with ``exec`` in a tiny globals dict so that the wrapper's ``__globals__`` (which tests can
     reach) leads nowhere near the harness.
@@ -310,7 +349,7 @@ def make_return_guard(snap: dict):
         "Rejected": ReturnRejected,
         "restore": restore_modules,
         "snap": snap,
-        "hot": snap["hot"],
+        "reached": reached,
     }
     exec(compile(_GUARD_SOURCE, "<return guard>", "exec"), env)
     return env["wrap"]
