@@ -546,6 +546,11 @@ FOURTH_PASS = [
     ("norm_text", r"\boxed{\text{not even}}", r"\text{even}", 0),
     ("norm_plain_math", r"\boxed{\pi}", "3.14", 1),
 ]
+FOURTH_PASS += [
+    ("tiny_values", r"\boxed{e^{-1000}}", r"e^{-1001}", 0),  # floats underflow to 0: sympy, with a relative check
+    ("tiny_values", r"\boxed{2^{-1000}}", r"2^{-1001}", 0),
+    ("tiny_values", r"\boxed{e^{-1000}}", r"e^{-1000}", 1),
+]
 for _category, _completion, _answer, _expected in FOURTH_PASS:
     case(_category, _completion, _answer, _expected, "fourth pass")
 

@@ -491,6 +491,8 @@ def _power(a: Value, b: Value) -> Value:
             result = za ** zb
     except (OverflowError, ZeroDivisionError) as exc:
         raise TooLarge("power overflows") from exc
+    if result == 0:  # underflow: e^{-1000} and e^{-1001} would both read as 0
+        raise EvalError("power underflows")
     return _finite(result)
 
 
@@ -581,7 +583,10 @@ def _function(name: str, x: Value, base: Value | None) -> Value:
             if inner == 0:
                 raise EvalError(f"{name} undefined")
             return _finite(1 / inner)
-        return _finite(_CFUNCS[name](z))
+        value = _CFUNCS[name](z)
+        if name == "exp" and value == 0:
+            raise EvalError("exp underflows")
+        return _finite(value)
     except (OverflowError, ValueError, ZeroDivisionError) as exc:
         if isinstance(exc, EvalError):
             raise

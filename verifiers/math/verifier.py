@@ -211,6 +211,8 @@ class MathVerifier(Verifier):
         return kept
 
     def _slow(self, gold_text: str, pred_text: str) -> tuple[bool, str]:
+        if _text_key(gold_text) == _text_key(pred_text) and _text_key(gold_text):
+            return True, "string"  # the same text needs no sympy (and no guard)
         if self.use_sympy:
             verdict = symbolic.sympy_equal(gold_text, pred_text, rel_tol=self.tolerance.relative)
             if verdict is not None:
