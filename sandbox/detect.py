@@ -91,7 +91,8 @@ def probe(use_bwrap: bool = True, use_cgroups: bool = True, use_namespaces: bool
     if not caps["network_isolated"]:
         missing.append("network isolation (needs bubblewrap or root for a network namespace)")
     if not per_run_ns:
-        missing.append("whole-tree kill (needs a per-run pid namespace: root)")
+        missing.append("per-run pid namespace (needs root): runs see other processes, kill(-1) is "
+                       "unavailable, the tree kill falls back to a subreaper")
     if "memory" not in controllers:
         missing.append("aggregate memory cap (no writable memory cgroup)")
     if not root:

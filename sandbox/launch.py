@@ -119,10 +119,12 @@ def bwrap_command(config: dict, *, as_root: bool, site_packages: bool = False) -
     ns = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     if as_root:
         # No user namespace: the run can then drop to a *real* unprivileged uid. bwrap keeps all
-        # capabilities for root; the zygote needs only these (unshare/mount, setuid/setgid, and
-        # kill for ending a run that belongs to another uid).
+        # capabilities for root; the zygote needs only these: unshare/mount/setns, setuid/setgid,
+        # kill (a run belongs to another uid), and, without per-run mounts, chown/dac_override/
+        # fowner to hand a work dir to the run's uid and remove it afterwards.
         caps = ["--cap-drop", "ALL"]
-        for cap in ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL"):
+        for cap in ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN",
+                    "CAP_DAC_OVERRIDE", "CAP_FOWNER"):
             caps += ["--cap-add", cap]
     else:
         ns = ["--unshare-user"] + ns

@@ -52,7 +52,7 @@ PREIMPORTS = (
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 WORK_DIR = "/tmp"
 RUN_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK_DIR, "TMPDIR": WORK_DIR,
@@ -196,6 +196,12 @@ def _prepare_work_dir(req: dict, config: dict) -> tuple[str, list[str]]:
 
 def _run_init(req: dict, io_fds: tuple, status_w: int, ctx: dict) -> None:
     config, limits = ctx["config"], req["limits"]
+    has_pidns = bool(config["unshare"] & CLONE_NEWPID)
+    if not has_pidns:
+        # Without a pid namespace, orphans of the run (double-forked, setsid'ed daemons) would be
+        # re-parented to the host's init; as a subreaper this process inherits them instead, so
+        # it can still kill the whole tree.
+        _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "PR_SET_CHILD_SUBREAPER")
     work, writable = _prepare_work_dir(req, config)
     if req["mode"] == "tests":
         n = len(req["tests"])
@@ -203,7 +209,7 @@ def _run_init(req: dict, io_fds: tuple, status_w: int, ctx: dict) -> None:
     else:
         budget = float(limits["timeout_s"])
     # kill(-1) from the run reaches only the run when it has its own pid namespace or its own uid.
-    req["kill_all"] = bool(config["unshare"] & CLONE_NEWPID) or config["uid"] is not None
+    req["kill_all"] = has_pidns or config["uid"] is not None
     started_r, started_w = os.pipe()  # U writes "\0" here just before the program starts
     start = time.perf_counter()
     pid = os.fork()
@@ -221,11 +227,11 @@ def _run_init(req: dict, io_fds: tuple, status_w: int, ctx: dict) -> None:
     ready, _, _ = select.select([pidfd], [], [], budget)
     timed_out = not ready
     if timed_out:
-        _kill_run(pid)
+        os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     wall = time.perf_counter() - start
-    if not config["unshare"] & CLONE_NEWPID:
-        _kill_run(pid)  # weak mode: the run's process group (what left it escapes; see docs)
+    if not has_pidns:
+        _kill_descendants()
         shutil.rmtree(work, ignore_errors=True)
     started = _read_all(started_r)
     error = None
@@ -235,12 +241,39 @@ def _run_init(req: dict, io_fds: tuple, status_w: int, ctx: dict) -> None:
     os._exit(0)  # as pid 1 of the run, taking every leftover process of the run with us
 
 
-def _kill_run(pid: int) -> None:
-    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+def _kill_descendants() -> None:
+    """SIGKILL and reap every descendant of this (subreaper) process, until none is left.
+
+    Killing the current children orphans their children, who are re-parented to us; repeat. A
+    killed process cannot fork any more, so this ends (the pids cap bounds each round)."""
+    me = os.getpid()
+    while True:
+        children = _children(me)
+        for child in children:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except OSError:
+                pass
         try:
-            target()
-        except OSError:
-            pass
+            while os.waitpid(-1, 0 if children else os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            if not children:
+                return
+        if not children and not _children(me):
+            return
+
+
+def _children(pid: int) -> list[int]:
+    """Live children of ``pid`` from /proc (the kernel's list, all threads' children)."""
+    found: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return found
 
 
 # --- U: the run itself ------------------------------------------------------------------------

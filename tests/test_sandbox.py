@@ -307,3 +307,38 @@ def test_sandbox_imports_only_the_standard_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching single layers off is only meaningful as root")
+@pytest.mark.parametrize("layers", [{"cgroups": False}, {"namespaces": False},
+                                    {"bwrap": False, "namespaces": False, "cgroups": False}],
+                         ids=["no_cgroups", "no_namespaces", "bare"])
+def test_weak_layer_combinations_still_run_and_end_whole_trees(layers):
+    from sandbox.slot import UID_BASE, UID_SPAN
+
+    with pytest.warns(RuntimeWarning, match="WEAK"):
+        p = SandboxPool(slots=1, layers=layers, allow_weak_isolation=True)
+    try:
+        r = p.execute("import os, time\n"
+                      "if os.fork() == 0:\n"
+                      "    os.setsid()\n"
+                      "    if os.fork() == 0:\n"
+                      "        time.sleep(60)\n"
+                      "    os._exit(0)\n"
+                      "print('main', flush=True)\n"
+                      "while True: pass\n", limits=Limits(timeout_s=0.5))
+        assert r.status == "timeout" and r.stdout == "main\n"
+        report = p.run_tests("def f(): return 1", ["assert f() == 1", "assert f() == 2"], limits=FAST)
+        assert [o.status for o in report.per_test] == ["passed", "failed"]
+        left = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/status") as f:
+                    uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+            except (OSError, StopIteration, ValueError):
+                continue
+            if UID_BASE <= uid < UID_BASE + UID_SPAN:
+                left.append(entry)
+        assert left == []
+    finally:
+        p.close()
