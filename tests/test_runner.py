@@ -211,3 +211,28 @@ def test_configuration_errors_raise():
     assert VerifierRunner(workers=0).score_batch("math", [], []) == []
     with pytest.raises(ValueError):
         VerifierRunner(workers=-1)
+
+
+def test_workers_exit_when_their_parent_is_killed(tmp_path):
+    """A trainer killed with SIGKILL closes nothing: its workers must notice and exit on their own."""
+    import signal
+    import subprocess
+
+    script = (
+        "import os, sys, time; from verifiers.runner import VerifierRunner; "
+        "r = VerifierRunner(workers=2, timeout_s=5); r.score_batch('numeric', ['1'], [{'answer': '1'}]); "
+        "print(' '.join(str(w.proc.pid) for w in r._pool._all), flush=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[1])
+    pids = [int(p) for p in parent.stdout.readline().split()]
+    assert len(pids) == 2
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in pids if Path(f"/proc/{p}").exists()
+                 and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+    assert not alive, f"workers {alive} outlived their parent"
