@@ -12,7 +12,10 @@ What it measures, side by side in one process:
 * throughput on all cores: N programs through a pool with one slot per core, against N bare
   ``python -c`` subprocesses run by as many threads; and N ``run_tests`` calls (a solution with
   three asserts, HumanEval/MBPP sized) through the same pool;
-* every throughput figure is the median over ``--repeats`` alternating rounds.
+* every throughput figure is the median over ``--repeats`` alternating rounds;
+* CPU time per run (this process plus every sandbox process, from /proc: the zygotes and all the
+  runs they reaped), which does not depend on what else the machine is doing, and the rate it
+  implies on idle cores.
 
 The machines this project runs on are shared and noisy (other jobs run on the same cores): read
 the load average printed with the results, and compare ratios rather than absolute numbers.
@@ -64,6 +67,33 @@ def latency(pool: SandboxPool, pairs: int) -> dict:
             "overhead": statistics.median(deltas)}
 
 
+def cpu_seconds(pool: SandboxPool) -> float:
+    """CPU used so far by this process and by every slot's zygote and its reaped runs."""
+    total = sum(os.times()[:2])
+    tick = os.sysconf("SC_CLK_TCK")
+    for slot in pool._slots:
+        if slot.zygote_pid:
+            fields = Path(f"/proc/{slot.zygote_pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+    return total
+
+
+def cpu_per_run(pool: SandboxPool, n: int) -> dict:
+    """CPU seconds per execute() and per run_tests() call (all processes involved)."""
+    out = {}
+    for name, call in (("execute", lambda: pool.execute(PROGRAM, limits=LIMITS)),
+                       ("run_tests", lambda: pool.run_tests(SOLUTION, TESTS, limits=LIMITS))):
+        before = cpu_seconds(pool)
+        for _ in range(n):
+            call()
+        out[name] = (cpu_seconds(pool) - before) / n
+    before = sum(os.times()[2:4])
+    for _ in range(max(5, n // 4)):
+        bare_run()
+    out["bare"] = (sum(os.times()[2:4]) - before) / max(5, n // 4)
+    return out
+
+
 def throughput(pool: SandboxPool, n: int, workers: int, repeats: int) -> dict:
     """Programs per second: bare subprocesses vs sandbox executes vs sandbox run_tests calls."""
     rates = {"bare": [], "execute": [], "run_tests": []}
@@ -105,6 +135,7 @@ def main() -> None:
             bare_run()
         lat = latency(pool, args.pairs)
         thr = throughput(pool, args.n, args.slots, args.repeats)
+        cpu = cpu_per_run(pool, args.n)
     ms = 1e3
     print()
     print(f"latency, one program, median of {args.pairs} interleaved pairs:")
@@ -117,6 +148,12 @@ def main() -> None:
     print(f"  sandbox execute()     {thr['execute']:8.1f} programs/s   ratio {thr['execute'] / thr['bare']:.2f}x bare")
     print(f"  sandbox run_tests()   {thr['run_tests']:8.1f} solutions/s ({len(TESTS)} tests each, "
           f"{thr['run_tests'] * len(TESTS):.0f} tests/s; target >= 40 programs/s)")
+    print()
+    cores = os.cpu_count() or 1
+    print(f"CPU per run (all processes involved, independent of the machine's other load):")
+    print(f"  bare python -c        {cpu['bare'] * ms:8.1f} ms CPU  -> {cores / cpu['bare']:6.0f} programs/s on {cores} idle cores")
+    print(f"  sandbox execute()     {cpu['execute'] * ms:8.1f} ms CPU  -> {cores / cpu['execute']:6.0f} programs/s")
+    print(f"  sandbox run_tests()   {cpu['run_tests'] * ms:8.1f} ms CPU  -> {cores / cpu['run_tests']:6.0f} solutions/s")
     print(f"load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

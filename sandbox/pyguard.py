@@ -173,6 +173,9 @@ def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
 '''
 
 
+_IMPORT_CODE = compile(_IMPORT_SOURCE, "<test import>", "exec")
+
+
 def test_namespace(solution_ns: dict, snap: dict, keep: frozenset = frozenset(), reached: list | None = None) -> dict:
     """A fresh namespace for one test: the solution's names, minus its shadowing of builtins and
     standard modules (``keep`` lists names the tests are meant to call, e.g. the entry point), with
@@ -200,7 +203,7 @@ def test_namespace(solution_ns: dict, snap: dict, keep: frozenset = frozenset(),
     test_builtins = dict(snap["builtins"])
     env = {"__builtins__": {"type": type, "str": str, "len": len, "range": range}, "modules": modules, "restore": restore_modules,
            "snap": snap, "reached": reached, "real_import": snap["builtins"]["__import__"]}
-    exec(compile(_IMPORT_SOURCE, "<test import>", "exec"), env)
+    exec(_IMPORT_CODE, env)
     test_builtins["__import__"] = env["guarded_import"]
     ns["__builtins__"] = test_builtins
     return ns
@@ -322,6 +325,9 @@ def wrap(fn):
 '''
 
 
+_GUARD_CODE = compile(_GUARD_SOURCE, "<return guard>", "exec")
+
+
 class ReturnRejected(AssertionError):
     """A function of the program returned an object built to fake comparisons (no methods: see
     the module docstring)."""
@@ -351,7 +357,7 @@ def make_return_guard(snap: dict, reached: list):
         "snap": snap,
         "reached": reached,
     }
-    exec(compile(_GUARD_SOURCE, "<return guard>", "exec"), env)
+    exec(_GUARD_CODE, env)
     return env["wrap"]
 
 
