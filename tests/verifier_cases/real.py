@@ -4,7 +4,8 @@
   against that gold with one digit changed (0; kept only where math-verify agrees the two differ);
 * ``real_gsm8k``: GSM8K test solutions (``#### N``) against N (1) and N+1 (0);
 * ``real_hedging``: a MATH-500 solution followed by a second, different boxed answer, in three
-  phrasings (0): the "two boxed values that disagree" hedge on real text.
+  phrasings, and the gold offered next to a wrong answer in four phrasings, either order (all 0);
+* ``real_answers``: MATH-500 golds, right (1) and with one digit changed (0), in four answer formats.
 
 Built at load time (not stored) so the data stays where its licence file is; callers skip when
 the data folder is absent. ``full=True`` adds the 4,500 MATH test problems outside MATH-500.
@@ -17,6 +18,10 @@ import re
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+ANSWER_TEMPLATES = ("The final answer is $\\boxed{%s}$.", "Answer: %s", "<think>Work.</think><answer>%s</answer>",
+                    "So the answer is %s.")
+ANSWER_HEDGES = ("$\\boxed{%s}$ or $\\boxed{%s}$", "The answer is %s. Alternatively, it could be %s.",
+                 "\\boxed{%s}\n\nAnswer: %s", "The answer is %s or %s.")
 HEDGE_TEMPLATES = (
     "{solution}\n\nAlternatively, the answer could be $\\boxed{{{wrong}}}$.",
     "{solution}\n\nHmm, or maybe $\\boxed{{{wrong}}}$.",
@@ -48,7 +53,7 @@ def _differs(gold: str, wrong: str) -> bool:
         return False
 
 
-def real_cases(data: Path = DATA, *, gsm8k: int = 300, hedges: int = 100, full: bool = False) -> list[dict]:
+def real_cases(data: Path = DATA, *, gsm8k: int = 300, hedges: int = 200, full: bool = False) -> list[dict]:
     """The real-data cases (module docstring); ``[]`` when ``data`` is absent."""
     cases: list[dict] = []
     math500_path = data / "math500" / "test.jsonl"
@@ -56,11 +61,20 @@ def real_cases(data: Path = DATA, *, gsm8k: int = 300, hedges: int = 100, full: 
         rows = _rows(math500_path)
         cases += _math_cases(rows, "real_math500")
         for i, row in enumerate(rows[: hedges]):
-            wrong = perturb(row["answer"])
-            if wrong and _differs(row["answer"], wrong):
-                template = HEDGE_TEMPLATES[i % len(HEDGE_TEMPLATES)]
-                cases.append(_case("real_hedging", template.format(solution=row["solution"], wrong=wrong),
-                                   row["answer"], 0, row.get("unique_id", "")))
+            gold, wrong = row["answer"], perturb(row["answer"])
+            if not (wrong and _differs(gold, wrong)):
+                continue
+            note = row.get("unique_id", "")
+            template = HEDGE_TEMPLATES[i % len(HEDGE_TEMPLATES)]
+            cases.append(_case("real_hedging", template.format(solution=row["solution"], wrong=wrong), gold, 0, note))
+            for t in ANSWER_TEMPLATES:  # the real gold, and a wrong one, in the usual answer formats
+                if "\\begin" in gold and t.startswith("Answer"):
+                    continue  # a multi-line environment on an "Answer:" line is not a format anyone writes
+                cases.append(_case("real_answers", t % gold, gold, 1, note))
+                cases.append(_case("real_answers", t % wrong, gold, 0, note))
+            for t in ANSWER_HEDGES:  # both answers offered, in either order
+                cases.append(_case("real_hedging", t % (gold, wrong), gold, 0, note))
+                cases.append(_case("real_hedging", t % (wrong, gold), gold, 0, note))
         if full and (data / "math" / "test.jsonl").exists():
             seen = {r["problem"] for r in rows}
             others = [r for r in _rows(data / "math" / "test.jsonl") if r["problem"] not in seen]

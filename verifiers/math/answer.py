@@ -113,6 +113,7 @@ _NUMBER_WORDS.update({w: 10 * i for i, w in enumerate("twenty thirty forty fifty
 _NUMBER_WORD_RE = re.compile(r"^(?:a|(%s)(?:[- ](%s))?)(?:\s+(hundred|thousand|million|billion))?$" % (
     "|".join(_NUMBER_WORDS), "one|two|three|four|five|six|seven|eight|nine"), re.I)
 _THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$|^[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")
+_SPACED_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:, \d{3})+(?:\.\d+)?$")
 _WORD_ANSWER_RE = re.compile(r"^[A-Za-z][A-Za-z' -]*[A-Za-z]$")  # "Odd", "no solution", "Evelyn"
 _BRACKETED_ENV_RE = re.compile(r"^[(\[]\s*(\\begin\{.*\\end\{[a-zA-Z]+\})\s*[)\]]$", re.S)
 _UNIT_CHARS_RE = re.compile(r"\^\s*\{?\s*-?\d+\s*\}?|\\mu|\\AA|\\odot|[/\s{}.*~\-]|\bper\b")
@@ -157,7 +158,7 @@ def _parse(s: str, percent: bool, numeric_gold: bool, depth: int) -> Answer:
     if len(parts) > 1:
         return Union_(tuple(sub(p) for p in parts))
 
-    if _THOUSANDS_RE.match(s):
+    if _THOUSANDS_RE.match(s) or (numeric_gold and _SPACED_THOUSANDS_RE.match(s)):  # 11, 111, 111, 100
         return _scalar(s.replace(",", "").replace(" ", ""), percent, numeric_gold)
 
     parts = split_top(s, (",", ";", " and ", "\\text{and}"))

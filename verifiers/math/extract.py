@@ -45,7 +45,7 @@ _HEADING_RE = re.compile(r"(?im)^[ \t#*_>]*(?:final[ \t]+)?answer[ \t*_:：]*$")
 _GSM8K_RE = re.compile(r"(?m)^[ \t]*####[ \t]*(?P<rest>[^\n]{1,%d})" % MAX_STATEMENT)
 _BOLD_RE = re.compile(r"\*\*([^*\n]{1,80}?)\*\*")
 _NUMBER_RE = re.compile(r"(?<![\w.^])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?:\s*\\?%)?(?![\w])|(?<![\w.])[-+]?\.\d+")
-_SENTENCE_END_RE = re.compile(r"\.(?=\s|$)|[;!?](?=\s|$)")
+_SENTENCE_END_RE = re.compile(r"\.(?=\s|$)|(?<!\\)[;!?](?=\s|$)")  # not LaTeX's \! or \;
 _NEGATION_RE = re.compile(r"(?i)^\s*(?:not\b|never\b|wrong|incorrect|unclear|unknown|n't)")
 _ENUMERATION_RE = re.compile(
     r"(?:\d[\d.,/]*\s*(?:,\s*(?:or\b|and\b)?|\bor\b|\band\b|;)\s*){2,}[-+]?\d[\d.,/]*\s*\W{0,3}$")
@@ -66,9 +66,7 @@ _ALTERNATIVE_CUE_RE = re.compile(
     r"|\banswer\s+(?:would|could|might)\s+(?:instead\s+)?be\b"
     r"|\b(?:actually|wait|oops|correction|no)\b[,.!:]?\s+(?:no[,.!]?\s+)?(?:it'?s|it\s+is|the\s+answer\s+is|that'?s|i\s+think\s+it'?s)\b)"
     r"[\s:*$]*")
-_ALTERNATIVE_VALUE_RE = re.compile(
-    r"\\boxed\s*\{([^{}]{1,80})\}|([-+]?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|\\frac\{[^{}]{1,20}\}\{[^{}]{1,20}\})"
-    r"|\(?([A-J])\)?(?![A-Za-z])")
+_CONNECTIVE_RE = re.compile(r"(?i)\s(?:because|since|as|which|if|when|where|depending|but|so|for|given|though|although|instead)\b")
 _TRUNCATED_TAIL_RE = re.compile(r"(?:[-+*/=^(\[{,]|\\[a-zA-Z]*|\d)$")
 
 
@@ -87,15 +85,31 @@ class Extraction:
 
 
 def alternatives_after(text: str, start: int) -> list[str]:
-    """Answers proposed by hedging phrases in ``text[start:]`` (see ``_ALTERNATIVE_CUE_RE``)."""
+    """Answers proposed by hedging phrases in ``text[start:]`` (see ``_ALTERNATIVE_CUE_RE``): what
+    follows the cue up to the end of its clause ("..., it could be \\sqrt{63} if we ..." -> \\sqrt{63})."""
     found = []
     for cue in _ALTERNATIVE_CUE_RE.finditer(text, start):
-        value = _ALTERNATIVE_VALUE_RE.match(text, cue.end())
-        if value:
-            found.append(next(g for g in value.groups() if g is not None).strip())
+        line = text[cue.end(): cue.end() + MAX_STATEMENT].split("\n", 1)[0]
+        value = _clause(_clean_statement(line))
+        if value and _looks_like_answer(value):
+            found.append(value)
         if len(found) >= 8:
             break
     return found
+
+
+def _clause(s: str) -> str:
+    """``"4, depending on the base"`` -> ``"4"``: cut at a top-level comma or a connecting word."""
+    m = _CONNECTIVE_RE.search(s)
+    if m:
+        s = s[: m.start()]
+    depth = 0
+    for i, c in enumerate(s):
+        depth += c in "([{"
+        depth -= c in ")]}"
+        if c == "," and depth == 0 and s[i + 1: i + 2] == " ":
+            return s[:i].strip()
+    return s.strip()
 
 
 def final_region(text: str, think_tag: str | None) -> str:

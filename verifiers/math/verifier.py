@@ -34,6 +34,7 @@ from verifiers.math.normalize import normalize
 from verifiers.registry import register_verifier
 
 MAX_CANDIDATES = 16
+_HEDGE_WORDS_RE = re.compile(r"(?i)^\s*(?:maybe|perhaps|possibly|probably|else)\b\s*")
 _OPTION_GOLD_RE = re.compile(r"^\(\s*([A-J])\s*\)\s+\S")
 MAX_ANSWER_CHARS = 4000  # a final answer longer than this is not an answer (hostile or runaway output)
 _OR_RE = re.compile(r"\\(?:text|mbox|textbf|mathrm)\s*\{\s*(or|and)\s*\}|\\lor\b|\\vee\b", re.I)
@@ -62,7 +63,7 @@ def split_alternatives(answer: str) -> list[str]:
     cleaned = _OR_RE.sub(lambda m: f" {m.group(1).lower()} " if m.group(1) else " or ", answer)
     cleaned = re.sub(r"\beither\b", " ", cleaned)
     parts = split_top(cleaned, (" or ",))
-    return [p for p in (p.strip() for p in parts) if p]
+    return [p for p in (_HEDGE_WORDS_RE.sub("", p).strip(" ,;") for p in parts) if p]
 
 
 @register_verifier("math")
