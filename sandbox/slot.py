@@ -134,7 +134,12 @@ class Slot:
             self.start()
         n_tests = len(request.get("tests") or ())
         if self.cgroup is not None:
-            self.cgroup.set_limits(self.baseline + (limits.memory_mb << 20), limits.max_processes + 3)
+            try:
+                self.cgroup.set_limits(self.baseline + (limits.memory_mb << 20), limits.max_processes + 3)
+            except OSError as exc:  # e.g. EBUSY: the slot holds more than the new limit
+                self.kill()  # a fresh slot (and baseline) for the next run
+                return RawRun(error=f"could not set the slot's cgroup limits: {exc!r}",
+                              wall_s=time.perf_counter() - start)
         oom_before = self.cgroup.oom_kills() if self.cgroup is not None else 0
         ours, theirs = [], []
         try:

@@ -1,5 +1,8 @@
 """The ``code`` verifier: extraction, the reference format, scoring, statuses, and real benchmark
-solutions (HumanEval's 164 canonical solutions must all pass; stubs must all fail)."""
+solutions (HumanEval's 164 canonical solutions must all pass; stubs must all fail).
+
+These check results, not isolation, so on a machine without the strong sandbox they run with
+``allow_weak_isolation=True`` (the hostile suite in test_sandbox_hostile.py checks isolation)."""
 
 from __future__ import annotations
 
@@ -210,8 +213,6 @@ def _humaneval_reference(row: dict) -> dict:
     return {"tests": [row["test"] + f"\ncheck({row['entry_point']})\n"], "entry_point": row["entry_point"]}
 
 
-@pytest.mark.bwrap
-@pytest.mark.skipif(not STRONG, reason="needs the strong sandbox")
 def test_all_humaneval_canonical_solutions_pass_and_stubs_fail(verifier):
     rows = _humaneval()
     assert len(rows) == 164
@@ -237,8 +238,6 @@ def test_all_humaneval_canonical_solutions_pass_and_stubs_fail(verifier):
     assert sum(r.score == 1.0 for r in wrong) == 0
 
 
-@pytest.mark.bwrap
-@pytest.mark.skipif(not STRONG, reason="needs the strong sandbox")
 def test_mbpp_reference_solutions_pass(verifier):
     if not MBPP.exists():
         pytest.skip(f"MBPP data not found at {MBPP}")
@@ -255,12 +254,11 @@ def test_mbpp_reference_solutions_pass(verifier):
     assert [(row["task_id"], r.info.get("per_test")) for row, r in zip(rows, results) if r.score != 1.0] == []
 
 
-@pytest.mark.bwrap
-@pytest.mark.skipif(not STRONG, reason="needs the strong sandbox")
 def test_through_the_verifier_runner_workers():
     from verifiers.runner import VerifierRunner
 
     with VerifierRunner(workers=1, timeout_s=60) as runner:
         rewards = runner.score_batch("code", [fenced("def f():\n    return 1"), fenced("def f():\n    return 2")],
-                                     [{"tests": ["assert f() == 1"]}] * 2)
+                                     [{"tests": ["assert f() == 1"]}] * 2,
+                                     options={"allow_weak_isolation": not STRONG})
     assert [(r.status, r.score) for r in rewards] == [("ok", 1.0), ("ok", 0.0)]
