@@ -342,3 +342,22 @@ def test_weak_layer_combinations_still_run_and_end_whole_trees(layers):
         assert left == []
     finally:
         p.close()
+
+
+def test_pool_removes_its_cgroups_and_stale_ones():
+    from sandbox import cgroups
+
+    controllers = cgroups.locate()
+    if not controllers:
+        pytest.skip("no writable cgroup controller on this machine")
+    base = next(iter(controllers.values())).base
+    stale = base / f"{cgroups.PREFIX}999999999-deadbeef"  # a pid that cannot exist
+    stale.mkdir()
+    (stale / "slot0").mkdir()
+    p = SandboxPool(slots=1, allow_weak_isolation=not STRONG)
+    assert not stale.exists(), "a stale cgroup tree of a dead process was not removed"
+    p.execute("print(1)", limits=FAST)
+    mine = [c.base / p._tree.name for c in controllers.values()]
+    assert all(d.exists() for d in mine)
+    p.close()
+    assert not any(d.exists() for d in mine)

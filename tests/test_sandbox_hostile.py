@@ -570,3 +570,21 @@ def test_the_guard_lets_correct_solutions_through(pool):
                      "assert helper().v == 1", "import math\nassert math.isclose(add(0.1, 0.2), 0.3)"]
     r = pool.run_tests(code, tests, limits=SHORT, guard_solution=True)
     assert r.all_passed, [(o.status, o.detail) for o in r.per_test]
+
+
+IN_TEST_ATTACKS = {
+    "memory_bomb": ("x = 'm' * (1 << 30)", "memory"),
+    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", "timeout"),
+    "busy_loop": ("while True:\n    pass", "timeout"),
+    "segfault": ("import faulthandler\nfaulthandler._sigsegv()", "crashed"),
+    "setsid_daemon": ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nassert False", "failed"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IN_TEST_ATTACKS))
+def test_attacks_inside_one_test_fail_only_that_test(pool, name):
+    attack, status = IN_TEST_ATTACKS[name]
+    code = "def ok():\n    return 1\n"
+    tests = ["assert ok() == 1", attack, "assert ok() == 1"]
+    r = pool.run_tests(code, tests, limits=Limits(timeout_s=1, memory_mb=128, max_processes=32))
+    assert [o.status for o in r.per_test] == ["passed", status, "passed"], [(o.status, o.detail) for o in r.per_test]
