@@ -555,6 +555,28 @@ for _category, _completion, _answer, _expected in FOURTH_PASS:
     case(_category, _completion, _answer, _expected, "fourth pass")
 
 
+# ----------------------------------------------------------------------------- fifth pass: false hedges
+# Correct answers followed by restatements or commentary must keep their credit; parenthetical
+# alternatives are hedges.
+FIFTH_PASS = [
+    ("extract_answer_is", "The answer is 5. Note that it could also be written as 10/2.", "5", 1),
+    ("extract_answer_is", "The answer is 5. It could also be written in words as five.", "5", 1),
+    ("extract_answer_is", "The answer is 5. Note it could also be the case that the problem means something else.", "5", 1),
+    ("extract_answer_is", "The answer is 12 (or 12.0).", "12", 1),
+    ("extract_answer_is", "The answer is 12 (i.e., twelve).", "12", 1),
+    ("extract_boxed", r"\boxed{\frac{1}{2}} (or 0.5)", "0.5", 1),
+    ("extract_answer_is", "The answer is 1/3 (approximately 0.333).", r"\frac13", 1),
+    ("extract_answer_is", "The answer is 3. Actually, that is correct.", "3", 1),
+    ("extract_answer_is", "The answer is 3. No, it is not 4; it is 3.", "3", 1),
+    ("hedging", "The answer is 5, or maybe 6.", "5", 0),
+    ("hedging", r"\boxed{3} (or 4)", "3", 0),
+    ("hedging", r"\boxed{(1,2)} (or (2,1) if unordered)", "(1,2)", 0),
+    ("hedging", "The answer is 3 (maybe 4).", "4", 0),
+]
+for _category, _completion, _answer, _expected in FIFTH_PASS:
+    case(_category, _completion, _answer, _expected, "fifth pass")
+
+
 def main() -> None:
     out = Path(__file__).with_name("cases.jsonl")
     counts: dict[str, int] = {}

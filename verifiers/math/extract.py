@@ -37,7 +37,8 @@ _STATEMENT_RES = (
 )
 # Words between the marker and the answer that carry no value: "the answer is approximately 3.14".
 _FILLER_RE = re.compile(r"(?i)^(?:(?:approximately|approx\.?|about|around|roughly|exactly|equal\s+to|equals|simply|"
-                        r"just|now|then|therefore|thus|hence|so|given\s+by|as\s+follows|:)\s*)+")
+                        r"just|now|then|therefore|thus|hence|so|given\s+by|as\s+follows|equivalently|"
+                        r"(?:written|expressed|simplified|rewritten|stated)\s+(?:as|to)|:)\s*)+")
 _PROSE_START = {"to", "that", "this", "what", "which", "how", "why", "because", "correct", "right", "wrong", "a", "an",
                 "the", "in", "of", "as", "we", "it", "clearly", "indeed", "given", "found", "below", "above", "not",
                 "still", "also", "different", "same", "obtained", "reached", "yes", "no"}
@@ -64,6 +65,7 @@ _ALTERNATIVE_CUE_RE = re.compile(
     r"|\banother\s+(?:possible\s+)?(?:answer|option|value|solution)\s+(?:is|would\s+be|could\s+be|might\s+be)\b"
     r"|\bor\s+(?:it\s+|the\s+answer\s+)?(?:could|might|may)\s+be\b"
     r"|\banswer\s+(?:would|could|might)\s+(?:instead\s+)?be\b"
+    r"|\(\s*or\b"
     r"|\b(?:actually|wait|oops|correction|no)\b[,.!:]?\s+(?:no[,.!]?\s+)?(?:it'?s|it\s+is|the\s+answer\s+is|that'?s|i\s+think\s+it'?s)\b)"
     r"[\s:*$]*")
 _CONNECTIVE_RE = re.compile(r"(?i)\s(?:because|since|as|which|if|when|where|depending|but|so|for|given|though|although|instead)\b")
@@ -107,6 +109,8 @@ def _clause(s: str) -> str:
     for i, c in enumerate(s):
         depth += c in "([{"
         depth -= c in ")]}"
+        if depth < 0:  # the ")" closing "(or 4)"
+            return s[:i].strip()
         if c == "," and depth == 0 and s[i + 1: i + 2] == " ":
             return s[:i].strip()
     return s.strip()

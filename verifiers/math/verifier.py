@@ -26,7 +26,7 @@ from functools import lru_cache
 
 from verifiers.base import Reward, Verifier
 from verifiers.math import symbolic
-from verifiers.math.answer import Answer, Choice, Scalar, Seq, Union_, Unparsed, parse_answer, split_top
+from verifiers.math.answer import Answer, Choice, Scalar, Seq, Text, Union_, Unparsed, parse_answer, split_top
 from verifiers.math.equivalence import Tolerance, compare
 from verifiers.math.expr import TooLarge
 from verifiers.math.extract import choice_letters, extract, final_region, find_boxed
@@ -34,6 +34,9 @@ from verifiers.math.normalize import normalize
 from verifiers.registry import register_verifier
 
 MAX_CANDIDATES = 16
+_PAREN_ALTERNATIVE_RE = re.compile(r"\s*\(\s*(?:or|maybe|possibly|perhaps)\s+([^()]*)\)")
+_RESTATEMENT_RE = re.compile(r"\s*\(\s*(?:i\.\s?e\.?,?|that\s+is,?|which\s+is|about|approximately|approx\.?|roughly|"
+                             r"=|\u2248|\\approx)[^()]*\)")
 _HEDGE_WORDS_RE = re.compile(r"(?i)^\s*(?:maybe|perhaps|possibly|probably|else)\b\s*")
 _OPTION_GOLD_RE = re.compile(r"^\(\s*([A-J])\s*\)\s+\S")
 MAX_ANSWER_CHARS = 4000  # a final answer longer than this is not an answer (hostile or runaway output)
@@ -59,8 +62,13 @@ def parse_gold(raw: str) -> tuple[str, Answer]:
 
 
 def split_alternatives(answer: str) -> list[str]:
-    """``"3 or 5"`` -> ``["3", "5"]`` (an answer that offers alternatives offers several answers)."""
-    cleaned = _OR_RE.sub(lambda m: f" {m.group(1).lower()} " if m.group(1) else " or ", answer)
+    """``"3 or 5"`` -> ``["3", "5"]`` (an answer that offers alternatives offers several answers).
+
+    A parenthetical ``(or 5)`` / ``(maybe 5)`` is an alternative too; ``(i.e. twelve)``,
+    ``(approximately 0.33)`` only restate the answer and are dropped."""
+    cleaned = _RESTATEMENT_RE.sub(" ", answer)
+    cleaned = _PAREN_ALTERNATIVE_RE.sub(r" or \1", cleaned)
+    cleaned = _OR_RE.sub(lambda m: f" {m.group(1).lower()} " if m.group(1) else " or ", cleaned)
     cleaned = re.sub(r"\beither\b", " ", cleaned)
     parts = split_top(cleaned, (" or ",))
     return [p for p in (_HEDGE_WORDS_RE.sub("", p).strip(" ,;") for p in parts) if p]
@@ -117,22 +125,23 @@ class MathVerifier(Verifier):
         found = extract(completion, think_tag=self.think_tag, fallback=self.fallback, max_chars=self.max_chars)
         info["source"] = found.source
         candidates: list[str] = []
-        for a in found.answers + found.alternatives:
+        for a in found.answers:
             candidates.extend(c for c in split_alternatives(a) if c not in candidates)
-        if any(len(c) > MAX_ANSWER_CHARS for c in candidates):
-            info["extracted"] = candidates[-1][:200]
+        alternatives = [c for a in found.alternatives for c in split_alternatives(a) if c not in candidates]
+        if any(len(c) > MAX_ANSWER_CHARS for c in candidates + alternatives):
+            info["extracted"] = candidates[-1][:200] if candidates else None
             info["error"] = f"answer too large to judge safely: longer than {MAX_ANSWER_CHARS} characters"
             return Reward(0.0, status="error", latency_s=time.perf_counter() - start, info=info)
         candidates = [c for c in candidates if normalize(c).text]
-        if found.alternatives:
-            info["alternatives"] = found.alternatives[:8]
+        if alternatives:
+            info["alternatives"] = alternatives[:8]
         if not candidates and not any(isinstance(parse_gold(g)[1], Choice) for g in golds):
             return Reward(0.0, latency_s=time.perf_counter() - start, info=info)
         info["extracted"] = candidates[0] if len(candidates) == 1 else " | ".join(candidates)[:500]
         status, correct = "ok", False
         try:
             for gold in golds:
-                correct = self._judge(gold, candidates, info, completion)
+                correct = self._judge(gold, candidates, alternatives, info, completion)
                 if correct:
                     break
         except (TooLarge, symbolic.TooComplex, RecursionError, MemoryError) as exc:
@@ -148,14 +157,19 @@ class MathVerifier(Verifier):
         values = raw if isinstance(raw, (list, tuple)) else [raw]
         return [_number_text(v) for v in values if str(v).strip()]
 
-    def _judge(self, gold_raw: str, candidates: list[str], info: dict, completion: str) -> bool:
+    def _judge(self, gold_raw: str, candidates: list[str], alternatives: list[str], info: dict,
+               completion: str) -> bool:
         gold_text, gold = parse_gold(gold_raw)
         if isinstance(gold, Choice):
-            return self._judge_choice(gold, candidates, info, completion)
+            return self._judge_choice(gold, candidates + alternatives, info, completion)
         if not candidates:
             return False
         numeric_gold = isinstance(gold, Scalar) and not gold.expr.variables
         parsed = [(c, parse_answer(c, numeric_gold=numeric_gold)) for c in candidates[: MAX_CANDIDATES + 1]]
+        for alt in alternatives[:MAX_CANDIDATES]:  # a proposed alternative counts when it is math, not prose
+            shape = parse_answer(alt, numeric_gold=numeric_gold)
+            if not isinstance(shape, (Text, Unparsed)):
+                parsed.append((alt, shape))
         distinct = self._distinct(parsed)
         if len(distinct) > 1:
             if isinstance(gold, Union_) and len(distinct) == len(gold.items):  # "x < -1 or x > 3"
