@@ -245,23 +245,21 @@ def _kill_descendants() -> None:
     """SIGKILL and reap every descendant of this (subreaper) process, until none is left.
 
     Killing the current children orphans their children, who are re-parented to us; repeat. A
-    killed process cannot fork any more, so this ends (the pids cap bounds each round)."""
+    killed process cannot fork any more, so this ends (the pids cap bounds each round). Reaping
+    never blocks: an orphan that just arrived is alive until the next round kills it."""
     me = os.getpid()
     while True:
-        children = _children(me)
-        for child in children:
+        for child in _children(me):
             try:
                 os.kill(child, signal.SIGKILL)
             except OSError:
                 pass
         try:
-            while os.waitpid(-1, 0 if children else os.WNOHANG)[0] > 0:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
                 pass
         except ChildProcessError:
-            if not children:
-                return
-        if not children and not _children(me):
-            return
+            return  # no child left, alive or dead
+        time.sleep(0.001)  # SIGKILL is delivered asynchronously
 
 
 def _children(pid: int) -> list[int]:
@@ -282,8 +280,9 @@ def _run_user(req: dict, io_fds: tuple, ctx: dict, budget: float, work: str, wri
               started_w: int) -> None:
     config, limits = ctx["config"], req["limits"]
     os.setsid()
-    stdin_fd, out_w, err_w, res_w = io_fds
-    for fd, target in ((stdin_fd, 0), (out_w, 1), (err_w, 2), (res_w, harness.RESULT_FD)):
+    # Move the four fds out of the way first: a source must not be clobbered by an earlier dup2.
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in io_fds]
+    for fd, target in zip(moved, (0, 1, 2, harness.RESULT_FD)):
         os.dup2(fd, target, inheritable=target != harness.RESULT_FD)
     os.environ.clear()
     os.environ.update(RUN_ENV, HOME=work, TMPDIR=work)
