@@ -134,7 +134,7 @@ def test_cache_and_in_batch_duplicates():
         assert [x.score for x in first] == [1.0, 1.0, 0.0, 1.0]
         first[0].info["tampered"] = True  # callers get copies: the cache is not affected
         second = r.score_batch("test_behaviour", ["a", "b"], [{"answer": "a"}] * 2)
-        assert CALLS["n"] == 2 and "tampered" not in second[0].info
+        assert CALLS["n"] == 2 and "tampered" not in second[0].info and second[0].info["cached"] is True
         assert r.score_batch("test_behaviour", ["a"], [{"answer": "b"}])[0].score == 0.0  # reference is in the key
         assert r.score_batch("test_behaviour", ["a"], [{"answer": "a"}], {})[0].score == 1.0
         r.score_batch("test_behaviour", ["raise", "raise"], [{}, {}])

@@ -9,7 +9,8 @@
   **no deadline** — a pathological answer can stall the caller. Use it only for cheap verifiers
   you trust (``numeric``, ``format``, ``length``, ``repetition``).
 * **a results cache** keyed by (verifier, options, completion, reference), bounded (LRU), and
-  duplicates inside a batch are scored once;
+  duplicates inside a batch are scored once; a reward served from the cache has
+  ``info["cached"] = True``;
 * **metrics** per verifier: status counts, p50/p95 latency (over the last 10,000 scored items),
   cache hits.
 
@@ -112,6 +113,7 @@ class VerifierRunner:
                 keys[i] = key = item_key(spec, completion, reference)
                 cached = self.cache.get(key)
                 if cached is not None:
+                    cached.info["cached"] = True  # latency_s stays the original scoring time
                     out[i] = cached
                     hits += 1
                     continue
