@@ -18,6 +18,7 @@ from verifiers.registry import describe_verifier, get_verifier, list_verifiers, 
 from verifiers import numeric as _numeric  # noqa: E402,F401
 from verifiers import code as _code  # noqa: E402,F401
 from verifiers import math as _math  # noqa: E402,F401
+from verifiers import countdown as _countdown  # noqa: E402,F401
 from verifiers import format as _format  # noqa: E402,F401
 from verifiers import shaping as _shaping  # noqa: E402,F401
 from verifiers import compose as _compose  # noqa: E402,F401
