@@ -10,7 +10,8 @@ import pytest
 from verifiers import get_verifier
 from verifiers.math.answer import Choice, Interval, Matrix, Relation, Scalar, Seq, Text, parse_answer
 from verifiers.math.equivalence import compare
-from verifiers.math.expr import TooLarge, evaluate, parse_expr
+from verifiers.math.evaluate import evaluate
+from verifiers.math.expr import TooLarge, parse_expr
 from verifiers.math.extract import choice_letters, extract
 from verifiers.math.normalize import normalize
 

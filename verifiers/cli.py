@@ -123,10 +123,9 @@ def summarize(verifier: str, source: str, scores: list[float], statuses: Counter
     n = len(scores)
     lat = sorted(latencies)
     pct = (lambda q: 1e3 * lat[min(n - 1, int(q * n))]) if n else (lambda q: 0.0)
-    ok_scores = [s for s, st in zip(scores, statuses.elements()) if st] if False else scores
     lines = [
         f"verifier {verifier} on {source}: {n} items in {elapsed:.2f} s ({n / elapsed if elapsed else 0:.0f} items/s)",
-        f"mean score     {sum(ok_scores) / n if n else 0.0:.4f}",
+        f"mean score     {sum(scores) / n if n else 0.0:.4f}",
         "status         " + (", ".join(f"{k} {v}" for k, v in statuses.most_common()) or "-"),
         f"latency        p50 {pct(0.5):.2f} ms, p95 {pct(0.95):.2f} ms, max {1e3 * lat[-1] if lat else 0:.2f} ms",
     ]

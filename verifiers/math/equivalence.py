@@ -37,7 +37,8 @@ from fractions import Fraction
 from verifiers.math.answer import (
     Answer, Choice, Infinity, Interval, Matrix, Relation, Scalar, Seq, Text, Union_, Unparsed,
 )
-from verifiers.math.expr import EvalError, TooLarge, evaluate
+from verifiers.math.evaluate import evaluate
+from verifiers.math.expr import EvalError, TooLarge
 
 EXACT_REL_TOL = 1e-9
 _POINTS = ((0.7373, 1.3161, 0.4142, 1.9129), (1.2247, 0.5772, 1.6180, 0.8415),
