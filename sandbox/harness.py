@@ -42,10 +42,16 @@ DETAIL_CHARS = 600  # keeps every record far below PIPE_BUF (4096 bytes)
 
 # Captured at import, in the zygote, before any program ran: a program can replace module
 # attributes and builtins, but not these references (and not the C functions they point to).
+# Everything below that runs after a program started uses only these names (no bare builtin
+# such as ``enumerate`` or ``BaseException``: a program could have swapped them).
 _write, _fork, _exit, _kill, _waitpid = os.write, os.fork, os._exit, os.kill, os.waitpid
 _pidfd_open, _close, _select, _setpgid = os.pidfd_open, os.close, select.select, os.setpgid
 _setitimer, _ITIMER_REAL = signal.setitimer, signal.ITIMER_REAL
 _compile, _exec, _str, _type, _isinstance, _slice = compile, exec, str, type, isinstance, slice
+_enumerate, _frozenset, _bool, _float, _int, _len = enumerate, frozenset, bool, float, int, len
+_BaseException, _SystemExit, _MemoryError, _OSError = BaseException, SystemExit, MemoryError, OSError
+_SIGKILL = signal.SIGKILL
+_WIFSIGNALED, _WTERMSIG, _WEXITSTATUS = os.WIFSIGNALED, os.WTERMSIG, os.WEXITSTATUS
 _str_getitem = str.__getitem__
 _type_name = type.__dict__["__name__"].__get__
 _json_str = json.encoder.encode_basestring_ascii  # the C encoder when _json is available
@@ -83,7 +89,7 @@ def describe(exc: BaseException, frames, test_name: str | None = None, source: s
     name = _type_name(_type(exc))
     try:
         msg = _text(_str(exc))
-    except BaseException:  # a program-defined __str__ may raise anything
+    except _BaseException:  # a program-defined __str__ may raise anything
         msg = "<unprintable>"
     where = ""
     if test_name is not None:
@@ -98,24 +104,26 @@ def describe(exc: BaseException, frames, test_name: str | None = None, source: s
             frames(False)
         if line is not None and source is not None:
             lines = source.splitlines()
-            text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+            text = lines[line - 1].strip() if 0 < line <= _len(lines) else ""
             where = " (test line %d: %s)" % (line, _text(text, 200))
     return _text("%s: %s%s" % (name, msg, where) if msg else "%s%s" % (name, where))
 
 
 def _kind(exc: BaseException) -> str:
-    if _isinstance(exc, MemoryError):
+    if _isinstance(exc, _MemoryError):
         return "memory"
     if _isinstance(exc, _ReturnRejected):
         return "rejected"
     return "failed"
 
 
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr, _stdout, _stderr):
+def _flush(current: bool = True) -> None:
+    """Flush stdout/stderr: the program's current ones (``current``) and the original ones. The
+    run process itself passes False after the solution loaded, so no program code runs there."""
+    for stream in ((sys.stdout, sys.stderr, _stdout, _stderr) if current else (_stdout, _stderr)):
         try:
             stream.flush()
-        except BaseException:
+        except _BaseException:
             pass
 
 
@@ -130,20 +138,20 @@ def run_program(code: str, emit) -> None:
     status = 0
     try:
         _exec(_compile(code, pyguard.SOLUTION_FILENAME, "exec"), main.__dict__)
-    except SystemExit as exc:
+    except _SystemExit as exc:
         status = _exit_status(exc.code)
-    except BaseException as exc:
-        if _isinstance(exc, MemoryError):
+    except _BaseException as exc:
+        if _isinstance(exc, _MemoryError):
             emit('{"ev":"uncaught","kind":"memory"}')
         try:
             _excepthook(_type(exc), exc, exc.__traceback__)
-        except BaseException:
+        except _BaseException:
             pass
         status = 1
     for finish in (_thread_shutdown, _run_exitfuncs):  # what interpreter shutdown would do
         try:
             finish()
-        except BaseException:
+        except _BaseException:
             pass
     _flush()
     _exit(status)
@@ -152,11 +160,11 @@ def run_program(code: str, emit) -> None:
 def _exit_status(code) -> int:
     if code is None:
         return 0
-    if _isinstance(code, int):
+    if _isinstance(code, _int):
         return code & 0xFF
     try:
         _stderr.write(_text(_str(code), 10_000) + "\n")
-    except BaseException:
+    except _BaseException:
         pass
     return 1
 
@@ -179,10 +187,10 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
         if req.get("setup"):
             _exec(_compile(req["setup"], "<setup>", "exec"), ns)
         _exec(_compile(req["code"], pyguard.SOLUTION_FILENAME, "exec"), ns)
-    except BaseException as exc:
+    except _BaseException as exc:
         _setitimer(_ITIMER_REAL, 0)
         emit('{"ev":"setup","ok":0,"kind":"%s","detail":%s}' % (_kind(exc), _json_str(describe(exc, controls["frames"]))))
-        _flush()
+        _flush(False)
         _exit(0)
     _setitimer(_ITIMER_REAL, 0)
     # Let the solution's garbage die now (a finalizer may patch modules) and freeze the rest, so
@@ -192,10 +200,10 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
     _gc_freeze()
     # From here on this process uses only the references captured at import.
     emit('{"ev":"setup","ok":1}')
-    keep = frozenset(req.get("keep_names") or ())
-    kill_all = bool(req.get("kill_all"))  # else only the test's own process group can be reached
-    for i, source in enumerate(req["tests"]):
-        _flush()
+    keep = _frozenset(req.get("keep_names") or ())
+    kill_all = _bool(req.get("kill_all"))  # else only the test's own process group can be reached
+    for i, source in _enumerate(req["tests"]):
+        _flush(False)
         start = _perf()
         pid = _fork()
         if pid == 0:
@@ -203,11 +211,11 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
         kind, code = _wait_test(pid, timeout)
         emit('{"ev":"end","i":%d,"kind":"%s","code":%d,"wall_s":%.6f}' % (i, kind, code, _perf() - start))
         try:  # whatever the test left behind (daemons, setsid'ed children)
-            _kill(-1 if kill_all else -pid, signal.SIGKILL)
-        except OSError:
+            _kill(-1 if kill_all else -pid, _SIGKILL)
+        except _OSError:
             pass
     emit('{"ev":"done"}')
-    _flush()
+    _flush(False)
     _exit(0)
 
 
@@ -221,7 +229,7 @@ def _one_test(i: int, source: str, ns: dict, snap: dict, keep, wrap, reached, em
             _guard_functions(tns, wrap)
         controls["set_test_globals"](tns)
         _exec(_compile(source, name, "exec"), tns)
-    except BaseException as exc:
+    except _BaseException as exc:
         detail = describe(exc, controls["frames"], name, source)
         emit('{"ev":"fail","i":%d,"kind":"%s","detail":%s}' % (i, _kind(exc), _json_str(detail)))
         _flush()
@@ -241,12 +249,12 @@ def _wait_test(pid: int, timeout: float) -> tuple[str, int]:
     if not ready:
         for target in (-pid, pid):
             try:
-                _kill(target, signal.SIGKILL)
-            except OSError:
+                _kill(target, _SIGKILL)
+            except _OSError:
                 pass
         _waitpid(pid, 0)
         return "timeout", 0
     _, status = _waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        return "signaled", os.WTERMSIG(status)
-    return "exited", os.WEXITSTATUS(status)
+    if _WIFSIGNALED(status):
+        return "signaled", _WTERMSIG(status)
+    return "exited", _WEXITSTATUS(status)

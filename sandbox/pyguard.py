@@ -41,6 +41,20 @@ import gc
 import sys
 import types
 
+# Captured at import, in the zygote, before any program ran. Code here that runs after a program
+# (restores, the test namespace, the audit hook) must not look up a builtin or a module attribute
+# the program may have replaced (``builtins.isinstance = ...``, ``types.ModuleType = int``,
+# ``sys.modules = {}``): module globals of this file are out of the program's reach, builtins
+# and other modules' attributes are not.
+_dict, _list, _len, _id, _any, _type, _str, _exec = dict, list, len, id, any, type, str, exec
+_ValueError, _AttributeError, _PermissionError, _ImportError = ValueError, AttributeError, PermissionError, ImportError
+_FunctionType = types.FunctionType
+_sys_modules, _builtins_dict = sys.modules, builtins.__dict__
+_type_dict = type.__dict__["__dict__"].__get__
+_type_setattr, _type_delattr = type.__setattr__, type.__delattr__
+_TINY_BUILTINS = {"type": type, "str": str, "len": len, "range": range, "id": id, "isinstance": isinstance,
+                  "dict": dict}
+
 SOLUTION_FILENAME = "<solution>"
 TEST_FILENAME_PREFIX = "<test"
 
@@ -123,32 +137,31 @@ def restore_modules(snap: dict, only=None) -> int:
     names = modules if only is None else [n for n in only if n in modules]
     for name in names:
         mod = modules[name]
-        if sys.modules.get(name) is not mod:
-            sys.modules[name] = mod
+        if _sys_modules.get(name) is not mod:
+            _sys_modules[name] = mod
             fixed += 1
-        d = mod.__dict__
+        d = mod.__dict__  # a real module (ModuleType is a static type: its __dict__ is fixed)
         for key, value in dicts[name].items():
             if d.get(key, _MISSING) is not value:
                 d[key] = value
                 fixed += 1
     if only is None:
-        bd = builtins.__dict__
         for key, value in snap["builtins"].items():
-            if bd.get(key, _MISSING) is not value:
-                bd[key] = value
+            if _builtins_dict.get(key, _MISSING) is not value:
+                _builtins_dict[key] = value
                 fixed += 1
     for module_name, classes in snap["classes"].items():
-        if only is not None and not any(module_name == n or module_name.startswith(n + ".") for n in names):
+        if only is not None and not _any(module_name == n or module_name.startswith(n + ".") for n in names):
             continue
         for cls, saved in classes:
-            current = cls.__dict__
-            if len(current) != len(saved):
+            current = _type_dict(cls)  # not cls.__dict__: a metaclass could fake that
+            if _len(current) != _len(saved):
                 for key in [k for k in current if k not in saved]:
-                    type.__delattr__(cls, key)
+                    _type_delattr(cls, key)
                     fixed += 1
             for key, value in saved.items():
                 if current.get(key, _MISSING) is not value:
-                    type.__setattr__(cls, key, value)
+                    _type_setattr(cls, key, value)
                     fixed += 1
     return fixed
 
@@ -185,25 +198,29 @@ def test_namespace(solution_ns: dict, snap: dict, keep: frozenset = frozenset(),
     (the return guard restores those again after each call into the solution).
     """
     reached = [] if reached is None else reached
-    ns = dict(solution_ns)
-    module_ids, modules = snap["ids"], snap["modules"]
-    for name in list(ns):
+    ns = _dict(solution_ns)
+    module_ids, modules, real_builtins = snap["ids"], snap["modules"], snap["builtins"]
+    for name in _list(ns):
+        if _type(name) is not _str:  # a str subclass key could run code in any method we call
+            del ns[name]
+            continue
         if name.startswith("__") or name in keep:
             continue
         value = ns[name]
-        if name in snap["builtins"] and value is not snap["builtins"][name]:
+        if name in real_builtins and value is not real_builtins[name]:
             del ns[name]  # the test sees the real builtin
-        elif name in modules and value is not modules[name]:
+            continue
+        if name in modules and value is not modules[name]:
             ns[name] = value = modules[name]
-        if isinstance(value, types.ModuleType) and id(value) in module_ids:
-            reached.append(module_ids[id(value)])
+        if _id(value) in module_ids and modules[module_ids[_id(value)]] is value:
+            reached.append(module_ids[_id(value)])
     if reached:
         restore_modules(snap, reached)
     # A private copy: replacing builtins.abs from inside a call cannot reach the test's lookups.
-    test_builtins = dict(snap["builtins"])
-    env = {"__builtins__": {"type": type, "str": str, "len": len, "range": range}, "modules": modules, "restore": restore_modules,
-           "snap": snap, "reached": reached, "real_import": snap["builtins"]["__import__"]}
-    exec(_IMPORT_CODE, env)
+    test_builtins = _dict(real_builtins)
+    env = {"__builtins__": _TINY_BUILTINS, "modules": modules, "restore": restore_modules, "snap": snap,
+           "reached": reached, "real_import": real_builtins["__import__"]}
+    _exec(_IMPORT_CODE, env)
     test_builtins["__import__"] = env["guarded_import"]
     ns["__builtins__"] = test_builtins
     return ns
@@ -228,32 +245,32 @@ def install_audit_hook(import_code: types.CodeType | None) -> dict:
             return
         if event == "sys._getframe":
             if not state["frames"]:
-                raise ValueError("call stack is not available in the sandbox")
+                raise _ValueError("call stack is not available in the sandbox")
             return
         if event == "object.__getattr__":
-            name = args[1] if len(args) > 1 else None
-            if type(name) is not str:
-                raise AttributeError("attribute access refused")
+            name = args[1] if _len(args) > 1 else None
+            if _type(name) is not _str:
+                raise _AttributeError("attribute access refused")
             if name in _FRAME_ATTRS and not state["frames"]:
-                raise AttributeError(f"{name} is not available in the sandbox")
+                raise _AttributeError(f"{name} is not available in the sandbox")
             if name == "__code__" and state["test_globals"] is not None:
                 fn = args[0]
-                if type(fn) is types.FunctionType and fn.__globals__ is state["test_globals"]:
-                    raise AttributeError("__code__ of test functions is not available in the sandbox")
+                if _type(fn) is _FunctionType and fn.__globals__ is state["test_globals"]:
+                    raise _AttributeError("__code__ of test functions is not available in the sandbox")
             return
         if event == "object.__setattr__":
-            name = args[1] if len(args) > 1 else None
-            if type(name) is not str or name == "__code__":
-                raise PermissionError("rebinding __code__ is not allowed in the sandbox")
+            name = args[1] if _len(args) > 1 else None
+            if _type(name) is not _str or name == "__code__":
+                raise _PermissionError("rebinding __code__ is not allowed in the sandbox")
             return
         if event in _DENIED_EVENTS or event.startswith("ctypes."):
-            raise PermissionError(f"{event} is not allowed in the sandbox")
+            raise _PermissionError(f"{event} is not allowed in the sandbox")
         if event == "sys.addaudithook":
             raise _HookRefused("audit hooks are reserved for the sandbox")
         if event == "import":
             name = args[0] if args else ""
-            if type(name) is not str or name.startswith(_DENIED_IMPORT_PREFIXES):
-                raise ImportError(f"import of {name!r} is not allowed in the sandbox")
+            if _type(name) is not _str or name.startswith(_DENIED_IMPORT_PREFIXES):
+                raise _ImportError(f"import of {name!r} is not allowed in the sandbox")
             return
         if event == "marshal.loads" or event == "marshal.load":
             # Arbitrary marshal data makes arbitrary bytecode, i.e. arbitrary memory access.
@@ -267,13 +284,13 @@ def install_audit_hook(import_code: types.CodeType | None) -> dict:
                 if was_enabled:
                     gc_enable()
             if import_code is None or caller is not import_code:
-                raise PermissionError("marshal.loads is only allowed for imports in the sandbox")
+                raise _PermissionError("marshal.loads is only allowed for imports in the sandbox")
 
     def set_test_globals(ns: dict | None) -> None:
         state["test_globals"] = ns
 
     def frames(enabled: bool) -> None:
-        state["frames"] = bool(enabled)
+        state["frames"] = enabled is True
 
     sys.addaudithook(hook)
     return {"set_test_globals": set_test_globals, "frames": frames}
@@ -345,7 +362,7 @@ def make_return_guard(snap: dict, reached: list):
     type_dict = type.__dict__["__dict__"].__get__
     type_name = type.__dict__["__name__"].__get__
     env = {
-        "__builtins__": {"type": type, "id": id, "isinstance": isinstance, "dict": dict, "str": str},
+        "__builtins__": _TINY_BUILTINS,
         "known": snap["known_types"],
         "mro_of": type_mro,
         "dict_of": type_dict,
@@ -364,8 +381,8 @@ def make_return_guard(snap: dict, reached: list):
 def guard_solution_functions(ns: dict, wrap) -> list[str]:
     """Replace, in a test namespace, every function the solution defined by its guarded wrapper."""
     wrapped = []
-    for name, value in list(ns.items()):
-        if type(value) is types.FunctionType and value.__code__.co_filename == SOLUTION_FILENAME:
+    for name, value in _list(ns.items()):
+        if _type(value) is _FunctionType and value.__code__.co_filename == SOLUTION_FILENAME:
             ns[name] = wrap(value)
             wrapped.append(name)
     return wrapped

@@ -507,6 +507,26 @@ FAKE_PASSES = {
                          False, "marshal.loads is only allowed"),
     "code_replace": (WRONG + "add.__code__ = (lambda a, b: 3).__code__\n", EQ_TESTS, False,
                      "rebinding __code__ is not allowed"),
+    # Aimed at the harness itself: builtins and module attributes its code might look up late.
+    "harness_enumerate": (WRONG + "import builtins\n_e = builtins.enumerate\n"
+                          "builtins.enumerate = lambda xs: _e(['pass'] * len(xs))\n", EQ_TESTS, False, "AssertionError"),
+    "harness_isinstance": (WRONG + "import builtins, math\nmath.isclose = lambda *a, **k: True\n"
+                           "builtins.isinstance = lambda *a: False\nbuiltins.id = lambda x: 0\n",
+                           ["assert math.isclose(add(1, 2), 3)"], False, "AssertionError"),
+    "harness_module_attributes": (WRONG + ("import types, sys, math, os, signal\n"
+                                           "math.isclose = lambda *a, **k: True\n"
+                                           "types.ModuleType = int; types.FunctionType = int\n"
+                                           "sys.modules = {}; signal.SIGKILL = 0; os.WIFSIGNALED = lambda s: False\n"),
+                                  ["assert math.isclose(add(1, 2), 3)"] + EQ_TESTS, False, "AssertionError"),
+    "harness_exceptions": (WRONG + "import builtins\nbuiltins.BaseException = type('X', (), {})\n"
+                           "builtins.OSError = type('Y', (), {})\n", EQ_TESTS, False, None),
+    "patching_thread": (WRONG + ("import builtins, math, threading\n"
+                                 "def spin():\n"
+                                 "    while True:\n"
+                                 "        math.isclose = lambda *a, **k: True\n"
+                                 "        builtins.enumerate = lambda xs: iter([(0, 'pass')])\n"
+                                 "threading.Thread(target=spin, daemon=True).start()\n"),
+                        ["assert math.isclose(add(1, 2), 3)"] + EQ_TESTS, False, "AssertionError"),
 }
 
 
