@@ -37,6 +37,7 @@ closures are out of reach.
 from __future__ import annotations
 
 import builtins
+import collections
 import gc
 import sys
 import types
@@ -53,7 +54,7 @@ _sys_modules, _builtins_dict = sys.modules, builtins.__dict__
 _type_dict = type.__dict__["__dict__"].__get__
 _type_setattr, _type_delattr = type.__setattr__, type.__delattr__
 _TINY_BUILTINS = {"type": type, "str": str, "len": len, "range": range, "id": id, "isinstance": isinstance,
-                  "dict": dict}
+                  "dict": dict, "list": list, "set": set, "any": any}
 
 SOLUTION_FILENAME = "<solution>"
 TEST_FILENAME_PREFIX = "<test"
@@ -307,23 +308,35 @@ _SAFE_DUNDERS = frozenset({
 })
 
 _GUARD_SOURCE = '''
-def check(value, depth=0, budget=[20000]):
-    """Raise if ``value`` (or something inside a plain container) is an object of a class the
-    program made that overrides an operator: such an object can compare equal to anything."""
-    budget[0] -= 1
-    if depth > 20 or budget[0] < 0:
-        return
-    t = type(value)
-    if id(t) not in known:
-        for klass in mro_of(t):
-            if id(klass) in known:
-                continue
-            for name in dict_of(klass):
-                if type(name) is str and name[:2] == "__" and name[-2:] == "__" and name not in safe:
-                    raise Rejected("returned a %s object whose class defines %s" % (klass_name(t), name))
-    if isinstance(value, containers):
-        for item in (value.items() if isinstance(value, dict) else value):
-            check(item, depth + 1, budget)
+def check(*values):
+    """Raise if a value (or anything inside a builtin container) is an object of a class the
+    program made that overrides an operator: such an object can compare equal to anything. Every
+    item is visited (the test compares all of it anyway), iteratively, each container once."""
+    stack, seen = list(values), set()
+    while stack:
+        value = stack.pop()
+        t = type(value)
+        if id(t) not in known:
+            for klass in mro_of(t):
+                if id(klass) in known:
+                    continue
+                for name in dict_of(klass):
+                    if type(name) is str and name[:2] == "__" and name[-2:] == "__" and name not in safe:
+                        raise Rejected("returned a %s object whose class defines %s" % (klass_name(t), name))
+        if isinstance(value, containers) and id(value) not in seen:
+            seen.add(id(value))
+            stack.extend(value.items() if isinstance(value, dict) else value)
+
+
+def is_iterator(value):
+    return any("__next__" in dict_of(klass) for klass in mro_of(type(value)))
+
+
+def checked(iterator):
+    for item in iterator:
+        check(item)
+        yield item
+
 
 def wrap(fn):
     def guarded(*args, **kwargs):
@@ -332,7 +345,10 @@ def wrap(fn):
         finally:
             if reached:  # what the call patched must not reach the test's next lines
                 restore(snap, reached)
-        check(result, 0, [20000])
+        # The result, and the containers the test passed in (an in-place task could fill them).
+        check(result, args, kwargs)
+        if id(type(result)) in known and is_iterator(result):
+            return checked(result)  # a generator or map could yield faking objects later
         return result
     guarded.__name__ = fn.__name__
     guarded.__qualname__ = fn.__qualname__
@@ -368,7 +384,8 @@ def make_return_guard(snap: dict, reached: list):
         "dict_of": type_dict,
         "klass_name": type_name,
         "safe": _SAFE_DUNDERS,
-        "containers": (list, tuple, set, frozenset, dict),
+        "containers": (list, tuple, set, frozenset, dict, collections.deque, type({}.keys()),
+                       type({}.values()), type({}.items())),
         "Rejected": ReturnRejected,
         "restore": restore_modules,
         "snap": snap,

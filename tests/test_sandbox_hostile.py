@@ -566,6 +566,25 @@ ALWAYS_EQUAL = {
     "int_subclass": "class I(int):\n    __eq__ = int.__ne__\ndef add(a, b):\n    return I(0)\n",
     "inside_a_list": "class E:\n    __eq__ = lambda s, o: True\ndef add(a, b):\n    return [E()][0]\n",
 }
+E_CLASS = "class E:\n    def __eq__(self, o): return True\n"
+HIDDEN_ALWAYS_EQUAL = {  # (solution, test): places a naive return check would not look
+    "yielded_by_a_generator": (E_CLASS + "def f(x):\n    return (E() for _ in range(3))\n",
+                               "assert list(f(1)) == [1, 2, 3]"),
+    "yielded_by_map": (E_CLASS + "def f(x):\n    return map(lambda _: E(), range(3))\n", "assert list(f(1)) == [1, 2, 3]"),
+    "written_into_an_argument": (E_CLASS + "def f(xs):\n    xs[:] = [E() for _ in xs]\n",
+                                 "xs = [3, 1, 2]\nf(xs)\nassert xs == [1, 2, 3]"),
+    "past_thirty_thousand_items": (E_CLASS + "def f(x):\n    return [0] * 30000 + [E()]\n",
+                                   "assert f(1) == [0] * 30000 + [7]"),
+    "inside_a_dict_value": (E_CLASS + "def f(x):\n    return {'k': (1, [E()])}\n", "assert f(1) == {'k': (1, [9])}"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HIDDEN_ALWAYS_EQUAL))
+def test_hidden_always_equal_objects_are_rejected(pool, name):
+    code, test = HIDDEN_ALWAYS_EQUAL[name]
+    assert pool.execute(code + "\n" + test, limits=SHORT).exit_code == 0  # fools a naive harness
+    r = pool.run_tests(code, [test], limits=SHORT, guard_solution=True)
+    assert [o.status for o in r.per_test] == ["rejected"], r.per_test
 
 
 @pytest.mark.parametrize("name", sorted(ALWAYS_EQUAL))
@@ -585,9 +604,14 @@ def test_the_guard_lets_correct_solutions_through(pool):
             "    return a + b\n"
             "def pair(): return P(1, 2)\n"
             "def counts(s): return Counter(s)\n"
-            "def helper(): return Helper()\n")
+            "def helper(): return Helper()\n"
+            "def squares(n): return (i * i for i in range(n))\n"
+            "def sort_in_place(xs): xs.sort()\n"
+            "def cyclic():\n    a = [1]\n    a.append(a)\n    return a\n")
     tests = EQ_TESTS + ["assert pair() == (1, 2)", "assert counts('aab') == {'a': 2, 'b': 1}",
-                     "assert helper().v == 1", "import math\nassert math.isclose(add(0.1, 0.2), 0.3)"]
+                     "assert helper().v == 1", "import math\nassert math.isclose(add(0.1, 0.2), 0.3)",
+                     "assert list(squares(3)) == [0, 1, 4]", "xs = [3, 1, 2]\nsort_in_place(xs)\nassert xs == [1, 2, 3]",
+                     "r = cyclic()\nassert r[0] == 1 and r[1] is r"]
     r = pool.run_tests(code, tests, limits=SHORT, guard_solution=True)
     assert r.all_passed, [(o.status, o.detail) for o in r.per_test]
 
