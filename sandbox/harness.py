@@ -46,6 +46,7 @@ DETAIL_CHARS = 600  # keeps every record far below PIPE_BUF (4096 bytes)
 # such as ``enumerate`` or ``BaseException``: a program could have swapped them).
 _write, _fork, _exit, _kill, _waitpid = os.write, os.fork, os._exit, os.kill, os.waitpid
 _pidfd_open, _close, _select, _setpgid = os.pidfd_open, os.close, select.select, os.setpgid
+_getpid, _getppid = os.getpid, os.getppid
 _setitimer, _ITIMER_REAL = signal.setitimer, signal.ITIMER_REAL
 _compile, _exec, _str, _type, _isinstance, _slice = compile, exec, str, type, isinstance, slice
 _enumerate, _frozenset, _bool, _float, _int, _len = enumerate, frozenset, bool, float, int, len
@@ -180,6 +181,7 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
     wrap = pyguard.make_return_guard(snap, reached) if req.get("guard_solution") else None
     ns = {"__name__": "solution", "__builtins__": builtins}
     sys.modules["__main__"] = types.ModuleType("__main__")
+    harness_pid = _getpid()
     # SIGALRM keeps its default action (terminate): the setup phase cannot outlive its timer,
     # and a program cannot install a handler (seccomp refuses new signal handlers).
     _setitimer(_ITIMER_REAL, timeout)
@@ -188,10 +190,12 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
             _exec(_compile(req["setup"], "<setup>", "exec"), ns)
         _exec(_compile(req["code"], pyguard.SOLUTION_FILENAME, "exec"), ns)
     except _BaseException as exc:
+        _only_the_original(harness_pid)
         _setitimer(_ITIMER_REAL, 0)
         emit('{"ev":"setup","ok":0,"kind":"%s","detail":%s}' % (_kind(exc), _json_str(describe(exc, controls["frames"]))))
         _flush(False)
         _exit(0)
+    _only_the_original(harness_pid)
     _setitimer(_ITIMER_REAL, 0)
     # Let the solution's garbage die now (a finalizer may patch modules) and freeze the rest, so
     # that no finalizer of the solution's top level runs in a test process. Each test process
@@ -222,6 +226,7 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
 def _one_test(i: int, source: str, ns: dict, snap: dict, keep, wrap, reached, emit, controls) -> None:
     """In the forked test process: build the namespace, run, report. Never returns."""
     name = "<test %d>" % i
+    me, parent = _getpid(), _getppid()  # before any program code runs in this process
     try:
         _setpgid(0, 0)
         tns = _test_namespace(ns, snap, keep, reached)
@@ -230,13 +235,25 @@ def _one_test(i: int, source: str, ns: dict, snap: dict, keep, wrap, reached, em
         controls["set_test_globals"](tns)
         _exec(_compile(source, name, "exec"), tns)
     except _BaseException as exc:
+        _only_the_original(me, parent)
         detail = describe(exc, controls["frames"], name, source)
         emit('{"ev":"fail","i":%d,"kind":"%s","detail":%s}' % (i, _kind(exc), _json_str(detail)))
         _flush()
         _exit(1)
+    _only_the_original(me, parent)
     emit('{"ev":"pass","i":%d}' % i)
     _flush()
     _exit(0)
+
+
+def _only_the_original(pid: int, parent: int | None = None) -> None:
+    """End a process that a program forked while the harness ran it: such a copy continues into
+    the harness's own code and, holding the nonce, could report the outcome of a different guess
+    (``return os.fork() == 0`` passes a boolean test in one of the two processes). Only the
+    process the harness started may report (its pid and parent pid, read with functions captured
+    before the program ran)."""
+    if _getpid() != pid or (parent is not None and _getppid() != parent):
+        _exit(0)
 
 
 def _wait_test(pid: int, timeout: float) -> tuple[str, int]:

@@ -507,6 +507,19 @@ FAKE_PASSES = {
                          False, "marshal.loads is only allowed"),
     "code_replace": (WRONG + "add.__code__ = (lambda a, b: 3).__code__\n", EQ_TESTS, False,
                      "rebinding __code__ is not allowed"),
+    # Try several answers at once: the forked copy that guessed right would report a pass.
+    "fork_guess_in_call": ("import os\ndef is_even(n):\n    return os.fork() == 0\n",
+                           ["assert is_even(2) == True", "assert is_even(4)", "assert is_even(6) is True"], False, None),
+    "fork_guess_at_top_level": ("import os\nGUESS = os.fork() == 0\ndef is_even(n):\n    return GUESS\n",
+                                ["assert is_even(2) == True", "assert is_even(4)", "assert is_even(6) is True"], False,
+                                None),
+    "fork_many_guesses": (("import os\n"
+                           "def add(a, b):\n"
+                           "    for guess in range(12):\n"
+                           "        if os.fork() == 0:\n"
+                           "            return guess\n"
+                           "    os.wait()\n"
+                           "    return -1\n"), EQ_TESTS, False, None),
     # Aimed at the harness itself: builtins and module attributes its code might look up late.
     "harness_enumerate": (WRONG + "import builtins\n_e = builtins.enumerate\n"
                           "builtins.enumerate = lambda xs: _e(['pass'] * len(xs))\n", EQ_TESTS, False, "AssertionError"),
