@@ -572,6 +572,7 @@ FIFTH_PASS = [
     ("hedging", r"\boxed{3} (or 4)", "3", 0),
     ("hedging", r"\boxed{(1,2)} (or (2,1) if unordered)", "(1,2)", 0),
     ("hedging", "The answer is 3 (maybe 4).", "4", 0),
+    ("extract_boxed", r"so $J$ must be $\boxed{120}$ (or else $J$ would have more than 16 factors).", "120", 1),
 ]
 for _category, _completion, _answer, _expected in FIFTH_PASS:
     case(_category, _completion, _answer, _expected, "fifth pass")

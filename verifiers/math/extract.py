@@ -65,7 +65,7 @@ _ALTERNATIVE_CUE_RE = re.compile(
     r"|\banother\s+(?:possible\s+)?(?:answer|option|value|solution)\s+(?:is|would\s+be|could\s+be|might\s+be)\b"
     r"|\bor\s+(?:it\s+|the\s+answer\s+)?(?:could|might|may)\s+be\b"
     r"|\banswer\s+(?:would|could|might)\s+(?:instead\s+)?be\b"
-    r"|\(\s*or\b"
+    r"|\(\s*or\b(?!\s+(?:else|otherwise|not)\b)"
     r"|\b(?:actually|wait|oops|correction|no)\b[,.!:]?\s+(?:no[,.!]?\s+)?(?:it'?s|it\s+is|the\s+answer\s+is|that'?s|i\s+think\s+it'?s)\b)"
     r"[\s:*$]*")
 _CONNECTIVE_RE = re.compile(r"(?i)\s(?:because|since|as|which|if|when|where|depending|but|so|for|given|though|although|instead)\b")

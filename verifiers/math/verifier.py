@@ -168,7 +168,7 @@ class MathVerifier(Verifier):
         parsed = [(c, parse_answer(c, numeric_gold=numeric_gold)) for c in candidates[: MAX_CANDIDATES + 1]]
         for alt in alternatives[:MAX_CANDIDATES]:  # a proposed alternative counts when it is math, not prose
             shape = parse_answer(alt, numeric_gold=numeric_gold)
-            if not isinstance(shape, (Text, Unparsed)):
+            if not isinstance(shape, (Text, Unparsed, Choice)):  # a lone capital is a name here, not an option
                 parsed.append((alt, shape))
         distinct = self._distinct(parsed)
         if len(distinct) > 1:
