@@ -13,5 +13,7 @@ from tasks import arithmetic as _arithmetic  # noqa: E402,F401
 from tasks import countdown as _countdown  # noqa: E402,F401
 from tasks import math_suites as _math_suites  # noqa: E402,F401
 from tasks import code_suites as _code_suites  # noqa: E402,F401
+from tasks import custom as _custom  # noqa: E402,F401
+from tasks import reasoning_gym as _reasoning_gym  # noqa: E402,F401
 
 __all__ = ["Problem", "TaskSuite", "get_task", "list_tasks", "register_task"]

@@ -47,6 +47,7 @@ class Arithmetic:
 
     name = "arithmetic"
     default_verifier = "numeric"
+    splits = tuple(_SPLIT_BUCKETS)
 
     def __init__(
         self,

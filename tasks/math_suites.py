@@ -169,9 +169,12 @@ class GSM8K(MathSuite):
     solution_fields = ("answer",)
     answer_fields = ()
 
-    def __init__(self, path: str | None = None, split: str = "test", *, keep_calculator: bool = False, **options: Any):
+    def __init__(self, path: str | None = None, split: str = "test", *, keep_calculator: bool = False,
+                 instruction: str = BOXED_INSTRUCTION, system_prompt: str | None = None, on_error: str = "raise",
+                 hub_config: str | None = None, hub_split: str | None = None):
         self.keep_calculator = keep_calculator
-        super().__init__(path, split, **options)
+        super().__init__(path, split, instruction=instruction, system_prompt=system_prompt, on_error=on_error,
+                         hub_config=hub_config, hub_split=hub_split)
 
     def _build(self, record: Record) -> Problem | None:
         problem = super()._build(record)

@@ -1,0 +1,160 @@
+"""``reasoning_gym``: any procedural dataset of the `reasoning-gym` library as a suite.
+
+    pip install reasoning-gym
+    get_task("reasoning_gym", dataset="leg_counting", split="train", n=2000, seed=0)
+    get_task("reasoning_gym", dataset="chain_sum", split="test", config={"min_terms": 3})
+
+The library is an optional dependency, imported only when this suite (or its verifier) is used.
+
+Splits: reasoning-gym generates item ``i`` of a dataset from ``(seed, i)``; a split is made by
+keeping only the items whose question text hashes into the split's bucket (10% test, 5% dev,
+85% train, as for ``arithmetic``), so ``train`` and ``test`` never share a question, for any seed.
+
+Prompt: the library's default system prompt (answer inside ``<answer></answer>`` tags) and the
+item's question as the user message. Reference: ``{"dataset", "config", "entry"}``: the item
+itself, so that the ``reasoning_gym`` verifier can call the dataset's own ``score_answer`` (which
+may give partial credit, and for some datasets a small credit, e.g. 0.01, for any answer).
+``Problem.solution`` is the item's answer in tags, or None for the datasets whose items have no
+single answer and are scored by checking validity (``boxnet``, ``graph_color``,
+``propositional_logic``, ``rubiks_cube``, ``rush_hour`` in reasoning-gym 0.1.19).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+from tasks.base import Problem
+from tasks.loading import LoadedSuite
+from tasks.registry import register_task
+from verifiers.base import Reward, Verifier
+from verifiers.registry import register_verifier
+
+INSTALL_HINT = "the reasoning_gym suite needs the reasoning-gym library: pip install reasoning-gym"
+_SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}  # percent of hash space
+
+
+def _library():
+    try:
+        import reasoning_gym
+    except ImportError as exc:
+        raise ImportError(INSTALL_HINT) from exc
+    return reasoning_gym
+
+
+def split_of(question: str) -> str:
+    bucket = int.from_bytes(hashlib.blake2b(question.encode(), digest_size=4).digest(), "big") % 100
+    return next(name for name, (lo, hi) in _SPLIT_BUCKETS.items() if lo <= bucket < hi)
+
+
+@register_task("reasoning_gym")
+class ReasoningGym(LoadedSuite):
+    """One reasoning-gym dataset (see the module docstring).
+
+    Args:
+        path: unused (the data is generated).
+        split: ``train`` | ``dev`` | ``test`` (disjoint by question).
+        dataset: the reasoning-gym dataset name (required; an unknown name lists the valid ones).
+        n: problems (default 10,000 for train, 500 otherwise).
+        seed: the generator seed.
+        config: the dataset's own options (its config dataclass fields, e.g. difficulty ranges).
+        system_prompt: the system message (None: the library's default answer-tag prompt;
+            "" for none).
+    """
+
+    name = "reasoning_gym"
+    default_verifier = "reasoning_gym"
+    splits = tuple(_SPLIT_BUCKETS)
+
+    def __init__(self, path: str | None = None, split: str = "train", *, dataset: str | None = None,
+                 n: int | None = None, seed: int = 0, config: dict[str, Any] | None = None,
+                 system_prompt: str | None = None):
+        self._check_split(split)
+        rg = _library()
+        from reasoning_gym.factory import DATASETS
+
+        if not dataset:
+            raise ValueError("reasoning_gym: pass dataset=<name>; available: " + ", ".join(sorted(DATASETS)))
+        if dataset not in DATASETS:
+            raise ValueError(f"reasoning_gym: unknown dataset {dataset!r}; available: {', '.join(sorted(DATASETS))}")
+        if system_prompt is None:
+            from reasoning_gym.utils import SYSTEM_PROMPTS
+
+            system_prompt = SYSTEM_PROMPTS["default"]
+        self.split, self.dataset, self.seed, self.config = split, dataset, seed, dict(config or {})
+        self.n = n if n is not None else (10_000 if split == "train" else 500)
+        self.skipped, self.errors = 0, []
+        # enough items for the split's share of the hash space, with room for duplicates
+        lo, hi = _SPLIT_BUCKETS[split]
+        budget = int(self.n * 100 / (hi - lo) * 1.5) + 1000
+        source = rg.create_dataset(dataset, **{**self.config, "seed": seed, "size": budget})
+        system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        problems: list[Problem] = []
+        seen: set[str] = set()
+        for index in range(budget):
+            if len(problems) >= self.n:
+                break
+            entry = source[index]
+            question = entry["question"]
+            if question in seen or split_of(question) != split:
+                continue
+            seen.add(question)
+            answer = entry.get("answer")
+            problems.append(Problem(
+                id=f"reasoning_gym/{dataset}/{split}/{len(problems)}",
+                prompt=system + [{"role": "user", "content": question}],
+                # the entry as generated: scorers compare metadata (tuples, grids) by type
+                reference={"dataset": dataset, "config": dict(self.config), "entry": entry},
+                verifier=self.default_verifier,
+                solution=f"<answer>{answer}</answer>" if answer is not None else None,
+                meta={"dataset": dataset, "index": index, "seed": seed},
+            ))
+        if len(problems) < self.n:
+            raise ValueError(f"reasoning_gym: {dataset} gave only {len(problems)} distinct {split} problems in "
+                             f"{budget} draws (asked for n={self.n}); its problem space may be small: lower n")
+        self._problems = problems
+
+
+@register_verifier("reasoning_gym")
+class ReasoningGymVerifier(Verifier):
+    """The dataset's own ``score_answer`` on the content of the completion's last ``<answer>`` tag.
+
+    Reference: ``{"dataset": name, "config": {...}, "entry": {"question", "answer", "metadata"}}``
+    (what the ``reasoning_gym`` suite produces). No tag: score 0, ``info["extracted"] = None``.
+    The score is the dataset's (in [0, 1], possibly partial); a reference the library cannot
+    score is ``status="error"``.
+    """
+
+    name = "reasoning_gym"
+    description = "reasoning-gym's own score_answer for the dataset, on the last <answer> tag"
+
+    def __init__(self):
+        self._scorers: dict[str, Any] = {}
+
+    def __getstate__(self) -> dict:
+        return {"_scorers": {}}  # dataset objects are rebuilt in each worker
+
+    def _scorer(self, dataset: str, config: dict):
+        key = json.dumps([dataset, config], sort_keys=True)
+        if key not in self._scorers:
+            self._scorers[key] = _library().create_dataset(dataset, **{**config, "size": 1}).score_answer
+        return self._scorers[key]
+
+    def score(self, completion: str, reference: dict) -> Reward:
+        start = time.perf_counter()
+        if not isinstance(reference, dict) or not isinstance(reference.get("entry"), dict) or not reference.get("dataset"):
+            return Reward(0.0, status="error", info={"error": "reference needs 'dataset' and 'entry'", "extracted": None})
+        text = completion if isinstance(completion, str) else ""
+        close = text.rfind("</answer>")
+        open_ = text.rfind("<answer>", 0, close) if close >= 0 else -1
+        if open_ < 0:
+            return Reward(0.0, latency_s=time.perf_counter() - start, info={"extracted": None})
+        answer = text[open_ + len("<answer>"): close].strip()
+        try:
+            value = self._scorer(reference["dataset"], reference.get("config") or {})(answer, reference["entry"])
+        except Exception as exc:  # the library failed on this item: not the model's fault
+            return Reward(0.0, status="error", latency_s=time.perf_counter() - start,
+                          info={"error": f"{type(exc).__name__}: {exc}", "extracted": answer})
+        return Reward(float(value or 0.0), latency_s=time.perf_counter() - start, info={"extracted": answer})
