@@ -16,7 +16,7 @@ import pytest
 
 from sandbox import capabilities
 from verifiers import Reward, get_verifier, list_verifiers
-from verifiers.code import CodeVerifier, code_blocks, extract_program, names_to_keep, same_output
+from verifiers.code import CodeVerifier, code_blocks, extract_program, humaneval_test, names_to_keep, same_output
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 HUMANEVAL = DATA / "humaneval" / "HumanEval.jsonl.gz"
@@ -236,6 +236,28 @@ def test_all_humaneval_canonical_solutions_pass_and_stubs_fail(verifier):
     assert all(r.status == "ok" for r in good + bad + wrong)
     assert sum(r.score for r in bad) == 0
     assert sum(r.score == 1.0 for r in wrong) == 0
+
+
+def test_humaneval_hardened_tests_pass_canonical_and_stop_helper_redefinition(verifier):
+    rows = _humaneval()
+    by_id = {row["task_id"]: row for row in rows}
+
+    def hardened(row):
+        return {"tests": [humaneval_test(row["prompt"], row["test"], row["entry_point"])],
+                "entry_point": row["entry_point"]}
+
+    with ThreadPoolExecutor(2) as pool:
+        good = list(pool.map(lambda row: verifier.score(fenced(row["prompt"] + row["canonical_solution"]),
+                                                        hardened(row)), rows))
+    assert [row["task_id"] for row, r in zip(rows, good) if r.score != 1.0] == []
+    # Redefine the helper the test relies on together with the solution: identity/identity.
+    cheats = {"HumanEval/38": "def encode_cyclic(s):\n    return s\ndef decode_cyclic(s):\n    return s",
+              "HumanEval/50": "def encode_shift(s):\n    return s\ndef decode_shift(s):\n    return s",
+              "HumanEval/32": "def poly(xs, x):\n    return 0\ndef find_zero(xs):\n    return 0.0"}
+    for task_id, code in cheats.items():
+        row = by_id[task_id]
+        assert verifier.score(fenced(code), _humaneval_reference(row)).score == 1.0  # the plain form is fooled
+        assert verifier.score(fenced(code), hardened(row)).score == 0.0
 
 
 def test_mbpp_reference_solutions_pass(verifier):

@@ -18,6 +18,9 @@ Reference format (task suites produce exactly this)::
                                               # line (and trailing blank lines) removed
     }
 
+For HumanEval, :func:`humaneval_test` builds a stricter form of the one test (it also re-runs the
+prompt, so a completion cannot fake the helpers some tests call).
+
 At least one of ``tests``/``stdio`` must be non-empty, else the reference is broken (status
 ``error``). A test passes only if it runs to its end without raising; a stdio case passes if the
 program exits 0 and prints the expected output. The score is the fraction passed, or 1/0 with
@@ -131,6 +134,20 @@ def names_to_keep(program: str, tests: list[str], entry_point: str | None) -> li
     if not under_test - set(dir(builtins)):
         keep |= under_test
     return sorted(keep)
+
+
+def humaneval_test(prompt: str, test: str, entry_point: str) -> str:
+    """The recommended test snippet for a HumanEval problem: the plain form is ``test`` followed by
+    ``check(entry_point)``; this one re-runs the *prompt* inside the test first.
+
+    Some HumanEval tests call helpers that the prompt defines (``encode_cyclic`` in HumanEval/38,
+    ``encode_shift`` in /50, ``poly`` in /32). A completion that redefines them (say as the
+    identity, with an identity solution) passes the plain form. Re-running the prompt restores the
+    genuine helpers; the candidate is captured before and its name rebound after, since the
+    prompt's own stub of the entry point would shadow it (/33's test calls it by name).
+    """
+    return (f"_candidate = {entry_point}\n{prompt}\n{entry_point} = _candidate\n"
+            f"{test}\ncheck(_candidate)\n")
 
 
 def _parse(source: str) -> ast.Module | None:
