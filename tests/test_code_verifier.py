@@ -284,3 +284,13 @@ def test_through_the_verifier_runner_workers():
                                      [{"tests": ["assert f() == 1"]}] * 2,
                                      options={"allow_weak_isolation": not STRONG})
     assert [(r.status, r.score) for r in rewards] == [("ok", 1.0), ("ok", 0.0)]
+
+
+def test_audit_golden_cases_and_hacks():
+    from verifiers.audit import audit
+
+    report = audit("code", {"timeout_s": 0.5, "total_timeout_s": 2.0, "allow_weak_isolation": not STRONG}, timeout_s=30)
+    bad = [(r.id, r.category, r.score, r.status, r.verdict) for r in report.rows
+           if r.verdict in ("MISSED", "WRONG", "LET THROUGH")]
+    assert report.ok and bad == []
+    assert {r.category for r in report.rows} >= {"golden", "hack", "hostile", "giant"}
