@@ -573,6 +573,8 @@ FIFTH_PASS = [
     ("hedging", r"\boxed{(1,2)} (or (2,1) if unordered)", "(1,2)", 0),
     ("hedging", "The answer is 3 (maybe 4).", "4", 0),
     ("extract_boxed", r"so $J$ must be $\boxed{120}$ (or else $J$ would have more than 16 factors).", "120", 1),
+    ("extract_gsm8k", "32 * 0.25 = <<32*0.25=8>>8 own both.\nThe answer is <<8=8>>8.\n#### 8", "8", 1),
+    ("extract_gsm8k", "the final answer is 15 gallons * 8 pints / gallon = <<15*8=120>>120 pints\n#### 120", "120", 1),
 ]
 for _category, _completion, _answer, _expected in FIFTH_PASS:
     case(_category, _completion, _answer, _expected, "fifth pass")

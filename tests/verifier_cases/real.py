@@ -8,7 +8,8 @@
 * ``real_answers``: MATH-500 golds, right (1) and with one digit changed (0), in four answer formats.
 
 Built at load time (not stored) so the data stays where its licence file is; callers skip when
-the data folder is absent. ``full=True`` adds the 4,500 MATH test problems outside MATH-500.
+the data folder is absent. ``full=True`` adds the 4,500 MATH test problems outside MATH-500 (gold: the
+solution's only box) and the 7,473 GSM8K training solutions.
 """
 
 from __future__ import annotations
@@ -83,7 +84,10 @@ def real_cases(data: Path = DATA, *, gsm8k: int = 300, hedges: int = 200, full: 
             cases += _math_cases([r for r in others if r["answer"]], "real_math")
     gsm8k_path = data / "gsm8k" / "test.jsonl"
     if gsm8k_path.exists():
-        for row in _rows(gsm8k_path)[:gsm8k]:
+        rows = _rows(gsm8k_path)[:gsm8k]
+        if full and (data / "gsm8k" / "train.jsonl").exists():
+            rows += _rows(data / "gsm8k" / "train.jsonl")
+        for row in rows:
             gold = row["answer"].rsplit("####", 1)[1].strip().replace(",", "")
             cases.append(_case("real_gsm8k", row["answer"], gold, 1, row["question"][:40]))
             cases.append(_case("real_gsm8k", row["answer"], str(int(gold) + 1), 0, row["question"][:40]))

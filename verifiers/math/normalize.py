@@ -42,6 +42,7 @@ _TIMES_TEN_RE = re.compile(r"(\d)\s*[xX]\s*(?=10\s*\^)")  # 6.02 x 10^23
 _UNION_U_RE = re.compile(r"(?<=[)\]])\s*U\s*(?=[(\[])")  # (-oo,-1) U (3,oo)
 _SCALE_WORDS = {"thousand", "million", "billion", "trillion"}
 _SI_RE = re.compile(r"\\(?:SI|qty)\s*\{([^{}]*)\}\s*\{[^{}]*\}")  # siunitx: \SI{5}{\meter}
+_CALCULATOR_RE = re.compile(r"<<[^<>\n]{0,200}>>")  # GSM8K calculator annotations: <<48/2=24>>24
 _PHANTOM_RE = re.compile(r"\\(?:phantom|hphantom|vphantom|label|tag)\s*\{[^{}]*\}")
 _CONNECTORS = {"and", "or", "if", "for", "all", "where", "with", "when", "but", "so", "then", "is", "are"}
 
@@ -138,7 +139,8 @@ def _drop_unit(m: re.Match) -> str:
 
 def normalize(answer: str) -> Normalized:
     """Strip the dressing of one answer string. See the module docstring for what is removed."""
-    s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], answer)
+    s = _CALCULATOR_RE.sub(" ", answer)
+    s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], s)
     s = strip_math_delimiters(s)
     s = _THOUSANDS_BRACE_RE.sub(r"\1,", s)
     s = _COMMA_BANG_RE.sub(",", s)

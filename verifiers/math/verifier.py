@@ -215,7 +215,7 @@ class MathVerifier(Verifier):
         for text, answer in parsed:
             duplicate = False
             for kept_text, kept_answer in kept:
-                same = compare(kept_answer, answer, self.tolerance)
+                same = compare(kept_answer, answer, self.tolerance) or compare(answer, kept_answer, self.tolerance)
                 if same is None:
                     same = normalize(kept_text).text == normalize(text).text
                 if same:
