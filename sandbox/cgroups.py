@@ -9,7 +9,7 @@ time; between runs the zygote's own baseline is added to the memory limit.
 
 Everything is created below this process's own cgroup in each hierarchy (nested limits of the
 machine still apply), in a directory named ``rlvr-sandbox-<pid>-<random>`` that is removed at
-close; directories left behind by a crashed process are removed by the next pool.
+close; empty directories left behind by a crashed process are removed by the next pool.
 
 Works with the v1/v2 mix these machines have (v1 memory and pids controllers, a v2 hierarchy
 without controllers) and with a pure v2 machine where the memory and pids controllers can be
@@ -156,8 +156,23 @@ def _kill_and_remove(directory: Path) -> None:
             time.sleep(0.01)
 
 
+def _empty(directory: Path) -> bool:
+    """True when no process lives in ``directory`` or any cgroup below it."""
+    for procs in directory.rglob("cgroup.procs"):
+        try:
+            if procs.read_text().strip():
+                return False
+        except OSError:
+            return False
+    return True
+
+
 def remove_stale(controllers: dict[str, Controller]) -> int:
-    """Remove cgroup trees left by sandbox pools whose process is gone; returns how many."""
+    """Remove empty cgroup trees left by sandbox pools whose process is gone; returns how many.
+
+    Never kills anything: a tree that still holds processes is left alone, since its owner may
+    live in another pid namespace (and so only look dead from here). A dead owner's sandboxes die
+    with it (bwrap --die-with-parent), so its tree is empty by the time we look."""
     removed = 0
     for ctl in controllers.values():
         try:
@@ -172,8 +187,8 @@ def remove_stale(controllers: dict[str, Controller]) -> int:
                 owner = int(name[len(PREFIX):].split("-")[0])
             except ValueError:
                 continue
-            if not _pid_alive(owner):
-                _kill_and_remove(entry)
+            if not _pid_alive(owner) and _empty(entry):
+                _kill_and_remove(entry)  # nothing to kill: removes the empty directories
                 removed += 1
     return removed
 

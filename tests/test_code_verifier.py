@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -284,6 +285,19 @@ def test_through_the_verifier_runner_workers():
                                      [{"tests": ["assert f() == 1"]}] * 2,
                                      options={"allow_weak_isolation": not STRONG})
     assert [(r.status, r.score) for r in rewards] == [("ok", 1.0), ("ok", 0.0)]
+    # The worker was stopped without running its atexit: its sandboxes died with it (bwrap
+    # --die-with-parent) and the next pool removes its empty cgroup tree.
+    from sandbox import cgroups
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        cgroups.remove_stale(cgroups.locate())
+        stale = [p for c in cgroups.locate().values() for p in c.base.glob(cgroups.PREFIX + "*")
+                 if not cgroups._pid_alive(int(p.name[len(cgroups.PREFIX):].split("-")[0]))]
+        if not stale:
+            break
+        time.sleep(0.2)
+    assert stale == []
 
 
 def test_audit_golden_cases_and_hacks():
