@@ -12,9 +12,11 @@ suite          splits (size)                               hub dataset for ``pat
 References follow the ``code`` verifier's format (``verifiers/code.py``):
 
 * **HumanEval**: one test = the dataset's ``test`` source (which defines ``check(candidate)``)
-  followed by ``check(<entry_point>)``; ``entry_point`` is set; ``setup`` holds the import lines of
-  the prompt (``from typing import List``), so a reply that restates only the function still
-  runs the way the prompt + completion would.
+  run against the entry point, in the hardened form of :func:`verifiers.code.humaneval_test`:
+  the prompt is re-run inside the test, so a completion cannot fake the helpers some tests call
+  from the prompt (``encode_cyclic`` in HumanEval/38, ``poly`` in /32). ``entry_point`` is set;
+  ``setup`` holds the prompt's import lines (``from typing import List``), so a reply that
+  restates only the function still runs the way prompt + completion would.
 * **MBPP**: one test per ``assert`` of ``test_list`` (``challenge_test_list`` too with
   ``challenge_tests=True``). MBPP's ``test_setup_code`` (two tasks, 367 and 927, build trees of
   the solution's own ``Node`` class) can only run *after* the solution, so it is prepended to each
@@ -33,6 +35,7 @@ import warnings
 from tasks.base import Problem
 from tasks.loading import DataError, LoadedSuite, Record, fenced, read_records, resolve_source
 from tasks.registry import register_task
+from verifiers.code import humaneval_test
 
 HUMANEVAL_INSTRUCTION = ("Complete the following Python function. Reply with the whole function, including the "
                          "imports it needs, in a single ```python code block.")
@@ -119,7 +122,7 @@ class HumanEval(_CodeSuite):
             raise DataError(record.where, "test", "does not define check(candidate)")
         if _parse(test) is None:
             raise DataError(record.where, "test", "is not valid Python")
-        reference = {"tests": [f"{test.strip()}\n\n\ncheck({entry})\n"], "entry_point": entry}
+        reference = {"tests": [humaneval_test(header, test.strip(), entry)], "entry_point": entry}
         setup = import_lines(header)
         if setup:
             reference["setup"] = setup
