@@ -42,7 +42,9 @@ def pool():
     os.environ.pop("RLVR_SANDBOX_TEST_SECRET", None)
 
 
-def _sandbox_uid_processes() -> list[str]:
+def _sandbox_uid_processes(uids: set[int]) -> list[str]:
+    """Host processes running as one of ``uids`` (this pool's slots: other users of the sandbox on
+    the same machine have their own random uids)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -52,7 +54,7 @@ def _sandbox_uid_processes() -> list[str]:
         except OSError:
             continue
         uid = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("Uid:")), -1)
-        if UID_BASE <= uid < UID_BASE + UID_SPAN:
+        if uid in uids:
             found.append(f"{entry.name}: {status.splitlines()[0]}")
     return found
 
@@ -70,11 +72,13 @@ def _marked_files() -> list[str]:
 @pytest.fixture(autouse=True)
 def host_unchanged(pool):
     zygotes = [s.zygote_pid for s in pool._slots]
+    uids = {s.uid for s in pool._slots}
+    assert all(UID_BASE <= uid < UID_BASE + UID_SPAN for uid in uids)
     yield
     deadline = time.monotonic() + 2.0
-    while _sandbox_uid_processes() and time.monotonic() < deadline:
+    while _sandbox_uid_processes(uids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _sandbox_uid_processes() == [], "a sandboxed process outlived its run"
+    assert _sandbox_uid_processes(uids) == [], "a sandboxed process outlived its run"
     assert _marked_files() == [], "a hostile program left a file on the host"
     for slot, pid in zip(pool._slots, zygotes):
         assert slot.zygote_pid == pid and slot.alive, "a hostile program took its zygote down"
