@@ -133,6 +133,7 @@ class TrainConfig(Section):
     micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward (memory bound)")
     seed: int = 0
     device: str = Field("auto", description="cpu, cuda, cuda:N, or auto")
+    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads; null = torch's default (one per core)")
 
 
 class EvalConfig(Section):
@@ -210,6 +211,7 @@ class SFTTrainConfig(Section):
     micro_batch_size: int = Field(256, ge=1)
     seed: int = 0
     device: str = "auto"
+    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads; null = torch's default (one per core)")
 
 
 class SFTEvalConfig(Section):

@@ -29,7 +29,7 @@ from rlvr.evaluate import evaluate
 from rlvr.logprobs import completion_logprobs
 from rlvr.models import Reference, load_policy, load_tokenizer, save_final_model
 from rlvr.rollout import Batch, ProblemSampler, collate, collect_groups, sample_tensors
-from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_rng_state
+from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads, set_rng_state
 from rlvr.suites import PromptEncoder, load_eval_suites, load_training_suites
 from rlvr.tracking import Alarms, Tracker, plot_metrics
 from verifiers.registry import verifier_factory
@@ -43,6 +43,7 @@ def train(config: RunConfig, *, resume: bool = False) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     device = resolve_device(config.train.device)
     seed_everything(config.train.seed)
+    set_threads(config.train.threads)
     algo, gen, t = config.algorithm, config.generation, config.train
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if resume and checkpoint is None:
@@ -191,6 +192,8 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, config
     When the batch is used exactly once (one epoch, one minibatch) the policy that sampled it is the
     policy being differentiated, so pi_old = pi_theta.detach() and no extra pass is made. Otherwise
     pi_old comes from the engine's sampling log-probs or from one recomputing pass before any step.
+    Rows whose loss is exactly zero whatever the weights (see :func:`rows_with_gradient`) are not
+    computed at all; the loss denominators still count them, so the gradient is unchanged.
     """
     algo, gen = config.algorithm, config.generation
     single_pass = algo.ppo_epochs == 1 and algo.minibatches == 1
@@ -200,28 +203,29 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, config
     minibatch_size = math.ceil(n / algo.minibatches)
     params = [p for p in policy.parameters() if p.requires_grad]
     sums: dict[str, float] = {}
-    weight_total = 0.0
+    weight_total = loss_total = pg_total = 0.0
     canary_sum = canary_weight = 0.0
-    grad_norms = []
-    first_step = True
+    grad_norms, computed_rows = [], 0
     for epoch in range(algo.ppo_epochs):
         order = torch.randperm(n) if not single_pass else torch.arange(n)
         for start in range(0, n, minibatch_size):
             minibatch = batch.select(order[start : start + minibatch_size].to(batch.input_ids.device))
-            num_seqs, num_tokens = len(minibatch), float(minibatch.response_mask.sum())
-            optimizer.zero_grad(set_to_none=True)
-            for micro_start in range(0, len(minibatch), config.train.micro_batch_size):
-                micro = minibatch.select(torch.arange(micro_start, min(micro_start + config.train.micro_batch_size, len(minibatch))))
+            agg = dict(num_seqs=len(minibatch), num_tokens=float(minibatch.response_mask.sum()), max_len=gen.max_new_tokens)
+            rows = rows_with_gradient(minibatch, config)
+            computed_rows += len(rows)
+            optimizer.zero_grad(set_to_none=False)  # zero tensors: a step with no active rows is a zero-gradient step
+            for micro_rows in rows.split(config.train.micro_batch_size):
+                micro = minibatch.select(micro_rows)
                 logp, entropy = completion_logprobs(
                     policy, micro.input_ids, micro.attention_mask, micro.completion_len, gen.temperature,
                     with_entropy=True, entropy_grad=algo.entropy_coef > 0,
                 )
                 old = logp.detach() if single_pass else micro.old_logp
-                agg = dict(num_seqs=num_seqs, num_tokens=num_tokens, max_len=gen.max_new_tokens)
                 loss, stats = policy_loss(logp, old, micro.advantages, micro.response_mask, clip_low=algo.clip_low,
                                           clip_high=algo.clip_high, dual_clip=algo.dual_clip, agg=algo.loss_agg, **agg)
+                pg_total += loss.item()
                 w = float(micro.response_mask.sum())
-                terms = {"train/pg_loss": loss.item()}
+                terms = {}
                 if micro.ref_logp is not None:
                     kl = KL_ESTIMATORS[algo.kl_estimator](logp, micro.ref_logp)
                     terms["train/kl_ref"] = _masked_mean(kl, micro.response_mask)
@@ -230,8 +234,8 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, config
                 if algo.entropy_coef > 0:
                     loss = loss - algo.entropy_coef * aggregate(entropy, micro.response_mask, algo.loss_agg, **agg)
                 loss.backward()
+                loss_total += loss.item()
                 terms.update({
-                    "train/loss": loss.item(),
                     "train/entropy": _masked_mean(entropy, micro.response_mask),
                     "train/clip_frac_low": stats.clip_frac_low,
                     "train/clip_frac_high": stats.clip_frac_high,
@@ -239,7 +243,7 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, config
                     "train/ratio_mean": stats.ratio_mean,
                     "train/approx_kl_old": stats.approx_kl,
                 })
-                if first_step:  # before any step: the engine's log-probs must equal ours (sync canary)
+                if not grad_norms:  # before any step: the engine's log-probs must equal ours (sync canary)
                     canary_sum += float(((logp.detach() - micro.engine_logp).abs() * micro.response_mask).sum())
                     canary_weight += w
                 for key, value in terms.items():
@@ -247,13 +251,33 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, config
                 weight_total += w
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip)))
             optimizer.step()
-            first_step = False
-    out = {key: value / max(weight_total, 1e-9) for key, value in sums.items()}
+    steps = len(grad_norms)
+    out = {key: value / max(weight_total, 1e-9) for key, value in sums.items()}  # token-weighted means
+    out.update({
+        "train/loss": loss_total / steps,  # each optimizer step's full loss, averaged over the steps
+        "train/pg_loss": pg_total / steps,
+        "train/grad_norm": sum(grad_norms) / steps,
+        "train/optimizer_steps": float(steps),
+        "train/computed_rows_frac": computed_rows / (n * algo.ppo_epochs),
+    })
     if canary_weight:
         out["sync/logprob_abs_diff"] = canary_sum / canary_weight
-    out["train/grad_norm"] = sum(grad_norms) / len(grad_norms)
-    out["train/optimizer_steps"] = float(len(grad_norms))
     return out
+
+
+def rows_with_gradient(minibatch: Batch, config: RunConfig) -> torch.Tensor:
+    """Indices of the rows whose loss can be non-zero.
+
+    A row with no unmasked token contributes nothing. Without a KL term in the loss and without an
+    entropy bonus, a row with advantage 0 (e.g. every sample of a zero-variance group) contributes
+    exactly 0 as well: -A * rho = 0 for any rho. Those rows are not computed.
+    """
+    algo = config.algorithm
+    active = minibatch.response_mask.sum(dim=1) > 0
+    kl_in_loss = algo.beta > 0 and algo.kl_placement == "loss"
+    if not kl_in_loss and algo.entropy_coef == 0:
+        active &= minibatch.advantages != 0
+    return active.nonzero().squeeze(1)
 
 
 def _old_logprobs(policy, batch: Batch, config: RunConfig) -> torch.Tensor:

@@ -20,6 +20,13 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def set_threads(threads: int | None) -> None:
+    """Pin torch's CPU thread count (None keeps torch's default). Tiny models gain little from a
+    second thread, and on a shared machine a busy core makes every parallel op wait for it."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)

@@ -22,7 +22,7 @@ from rlvr.engines import HFEngine, SamplingParams
 from rlvr.evaluate import evaluate
 from rlvr.logprobs import completion_logprobs
 from rlvr.models import load_policy, load_tokenizer, save_final_model
-from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything
+from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads
 from rlvr.suites import PromptEncoder, load_suite
 from rlvr.tracking import Tracker, plot_metrics
 from tasks.base import Problem
@@ -99,6 +99,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
     save_config(config, run_dir / "config.yaml")
     device = resolve_device(config.train.device)
     seed_everything(config.train.seed)
+    set_threads(config.train.threads)
     tokenizer = load_tokenizer(config.model.path)
     lora = config.model.lora.model_dump() if config.model.lora is not None else None
     model = load_policy(config.model.path, dtype=config.model.dtype, device=str(device), lora=lora,
