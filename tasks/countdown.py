@@ -148,7 +148,7 @@ class Countdown(LoadedSuite):
 
     name = "countdown"
     default_verifier = "countdown"
-    splits = tuple(_SPLIT_BUCKETS)
+    splits = ("train", "dev", "test")
 
     def __init__(self, path: str | None = None, split: str = "train", *, source: str = "auto", n: int | None = None,
                  seed: int = 0, num_numbers: int = 3, min_number: int = 1, max_number: int = 100, min_target: int = 1,

@@ -134,7 +134,9 @@ class Custom(LoadedSuite):
         reference: dict[str, Any] = {}
         if self.answer_field:
             answer = record.get(self.answer_field, kind=(str, int, float, list))
-            if isinstance(answer, list):
+            if isinstance(answer, (int, float)):
+                answer = format_number(answer)  # the contract: golds are text as written
+            elif isinstance(answer, list):
                 answer = [format_number(a) if isinstance(a, (int, float)) else str(a) for a in answer]
                 if not answer:
                     raise DataError(record.where, self.answer_field, "is empty")

@@ -34,6 +34,9 @@ from verifiers.registry import register_verifier
 
 INSTALL_HINT = "the reasoning_gym suite needs the reasoning-gym library: pip install reasoning-gym"
 _SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}  # percent of hash space
+# reasoning-gym seeds item i with Random(seed + i): seeds 0 and 1 would share all but one item, so
+# our seed s becomes the library seed s * SEED_STRIDE (no run draws that many items)
+SEED_STRIDE = 10**9
 
 
 def _library():
@@ -58,7 +61,8 @@ class ReasoningGym(LoadedSuite):
         split: ``train`` | ``dev`` | ``test`` (disjoint by question).
         dataset: the reasoning-gym dataset name (required; an unknown name lists the valid ones).
         n: problems (default 10,000 for train, 500 otherwise).
-        seed: the generator seed.
+        seed: the generator seed (the library gets ``seed * 10**9``: its items are seeded with
+            ``seed + index``, so neighbouring library seeds would give the same items).
         config: the dataset's own options (its config dataclass fields, e.g. difficulty ranges).
         system_prompt: the system message (None: the library's default answer-tag prompt;
             "" for none).
@@ -66,7 +70,7 @@ class ReasoningGym(LoadedSuite):
 
     name = "reasoning_gym"
     default_verifier = "reasoning_gym"
-    splits = tuple(_SPLIT_BUCKETS)
+    splits = ("train", "dev", "test")
 
     def __init__(self, path: str | None = None, split: str = "train", *, dataset: str | None = None,
                  n: int | None = None, seed: int = 0, config: dict[str, Any] | None = None,
@@ -89,7 +93,7 @@ class ReasoningGym(LoadedSuite):
         # enough items for the split's share of the hash space, with room for duplicates
         lo, hi = _SPLIT_BUCKETS[split]
         budget = int(self.n * 100 / (hi - lo) * 1.5) + 1000
-        source = rg.create_dataset(dataset, **{**self.config, "seed": seed, "size": budget})
+        source = rg.create_dataset(dataset, **{**self.config, "seed": seed * SEED_STRIDE, "size": budget})
         system = [{"role": "system", "content": system_prompt}] if system_prompt else []
         problems: list[Problem] = []
         seen: set[str] = set()
@@ -109,7 +113,7 @@ class ReasoningGym(LoadedSuite):
                 reference={"dataset": dataset, "config": dict(self.config), "entry": entry},
                 verifier=self.default_verifier,
                 solution=f"<answer>{answer}</answer>" if answer is not None else None,
-                meta={"dataset": dataset, "index": index, "seed": seed},
+                meta={"dataset": dataset, "index": index, "library_seed": seed * SEED_STRIDE},
             ))
         if len(problems) < self.n:
             raise ValueError(f"reasoning_gym: {dataset} gave only {len(problems)} distinct {split} problems in "

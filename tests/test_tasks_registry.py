@@ -1,0 +1,142 @@
+"""The suite registry: built-ins, ``@register_task``, the ``rlvr.tasks`` entry points, errors; and the
+contract every built-in suite keeps (TaskSuite protocol, chat prompts, registered verifiers)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from importlib import metadata
+
+import pytest
+
+import tasks.registry as registry
+from tasks import Problem, TaskSuite, get_task, list_tasks, register_task
+from verifiers import list_verifiers
+
+BUILT_IN = {"aime24", "amc23", "arithmetic", "countdown", "custom", "gsm8k", "humaneval", "math", "math500", "mbpp",
+            "minerva_math", "reasoning_gym"}
+
+
+@pytest.fixture
+def clean_registry(monkeypatch):
+    """A registry whose additions and plugin scan are undone after the test."""
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_ENTRY_POINTS", {})
+    monkeypatch.setattr(registry, "_entry_points_scanned", False)
+
+
+class Squares:
+    name = "squares"
+    default_verifier = "numeric"
+    splits = ("train", "test")
+
+    def __init__(self, path=None, split="train", *, n=3):
+        self.items = range(n) if split == "train" else range(100, 100 + n)
+
+    def __len__(self):
+        return len(self.items)
+
+    def __iter__(self):
+        for k in self.items:
+            yield Problem(f"squares/{k}", [{"role": "user", "content": f"{k}^2="}], {"answer": str(k * k)}, "numeric")
+
+
+def test_built_ins_are_listed():
+    assert BUILT_IN <= set(list_tasks())
+
+
+def test_register_and_get(clean_registry):
+    register_task("squares")(Squares)
+    assert "squares" in list_tasks()
+    suite = get_task("squares", split="test", n=2)
+    assert isinstance(suite, TaskSuite) and [p.reference["answer"] for p in suite] == ["10000", "10201"]
+    register_task("squares")(Squares)  # the same class again (a reload) is fine
+    with pytest.raises(ValueError, match="already registered"):
+        register_task("squares")(type("Other", (Squares,), {}))
+    register_task("squares", overwrite=True)(type("Other", (Squares,), {}))
+
+
+def test_unknown_name_split_and_option_list_the_valid_ones():
+    with pytest.raises(KeyError, match="unknown task 'gsm9k'; registered tasks: .*gsm8k"):
+        get_task("gsm9k")
+    with pytest.raises(ValueError, match="unknown split 'validation'; valid splits: train, dev, test"):
+        get_task("countdown", split="validation")
+    with pytest.raises(TypeError, match="unknown option.*max_digit\\b.*valid options: n, seed, max_digits"):
+        get_task("arithmetic", max_digit=2)
+
+
+def _entry_point(name: str, value: str) -> metadata.EntryPoint:
+    return metadata.EntryPoint(name=name, value=value, group=registry.ENTRY_POINT_GROUP)
+
+
+def test_entry_point_plugins_are_discovered_and_loaded_lazily(clean_registry, monkeypatch):
+    module = types.ModuleType("fake_rlvr_plugin")
+    module.Squares = Squares
+    module.imported = 0
+    monkeypatch.setitem(sys.modules, "fake_rlvr_plugin", module)
+    seen_groups = []
+
+    def fake_entry_points(*, group):
+        seen_groups.append(group)
+        return [_entry_point("plugin_squares", "fake_rlvr_plugin:Squares"),
+                _entry_point("gsm8k", "fake_rlvr_plugin:Squares")]  # a built-in name: the built-in wins
+
+    monkeypatch.setattr(registry.metadata, "entry_points", fake_entry_points)
+    assert "plugin_squares" in list_tasks() and seen_groups == ["rlvr.tasks"]
+    assert "plugin_squares" not in registry._REGISTRY  # listed, not imported yet
+    assert len(get_task("plugin_squares", n=4)) == 4
+    assert registry._REGISTRY["plugin_squares"] is Squares
+    assert registry.task_factory("gsm8k").__name__ == "GSM8K"
+    list_tasks()
+    assert seen_groups == ["rlvr.tasks"]  # scanned once
+
+
+def test_a_broken_plugin_names_its_entry_point(clean_registry, monkeypatch):
+    monkeypatch.setattr(registry.metadata, "entry_points",
+                        lambda *, group: [_entry_point("broken", "no_such_module_xyz:Suite")])
+    assert "broken" in list_tasks()
+    with pytest.raises(ImportError, match="task plugin 'broken' \\(no_such_module_xyz:Suite, entry point group 'rlvr.tasks'\\) failed"):
+        get_task("broken")
+
+
+# --- the contract of every built-in suite ------------------------------------------------------------
+
+SMALL = {  # options that keep generated suites small
+    "arithmetic": {"n": 20}, "countdown": {"n": 20},
+}
+
+
+def _suites(data_dir):
+    for name in sorted(BUILT_IN - {"custom", "reasoning_gym"}):
+        factory = registry.task_factory(name)
+        for split in factory.splits:
+            if name == "countdown" and split == "test":
+                yield name, split, get_task(name, split=split)
+            else:
+                yield name, split, get_task(name, split=split, **SMALL.get(name, {}))
+
+
+def test_every_built_in_suite_keeps_the_contract(data_dir):
+    verifiers = set(list_verifiers())
+    count = 0
+    for name, split, suite in _suites(data_dir):
+        count += 1
+        assert isinstance(suite, TaskSuite), name
+        assert suite.name == name and suite.default_verifier in verifiers
+        problems = list(suite)
+        assert len(problems) == len(suite) > 0
+        assert len({p.id for p in problems}) == len(problems), (name, split)
+        for p in problems:
+            assert p.id.startswith(f"{name}/{split}/")
+            assert isinstance(p.prompt, list) and p.prompt and p.prompt[-1]["role"] == "user"
+            assert all(set(m) == {"role", "content"} and m["content"].strip() for m in p.prompt)
+            assert p.verifier == suite.default_verifier and isinstance(p.reference, dict) and p.reference
+        assert getattr(suite, "skipped", 0) == 0
+    assert count == 19
+
+
+def test_problems_are_frozen():
+    p = Problem("x/1", [{"role": "user", "content": "hi"}], {"answer": "1"}, "numeric")
+    with pytest.raises(Exception):
+        p.id = "y"  # frozen
+    assert p.solution is None and p.meta == {}
