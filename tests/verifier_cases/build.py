@@ -575,6 +575,13 @@ FIFTH_PASS = [
     ("extract_boxed", r"so $J$ must be $\boxed{120}$ (or else $J$ would have more than 16 factors).", "120", 1),
     ("extract_gsm8k", "32 * 0.25 = <<32*0.25=8>>8 own both.\nThe answer is <<8=8>>8.\n#### 8", "8", 1),
     ("extract_gsm8k", "the final answer is 15 gallons * 8 pints / gallon = <<15*8=120>>120 pints\n#### 120", "120", 1),
+    ("norm_interval", r"\boxed{x \neq 2}", r"(-\infty,2)\cup(2,\infty)", 1),
+    ("norm_interval", r"\boxed{\text{all real numbers}}", r"(-\infty,\infty)", 1),
+    ("norm_interval", r"\boxed{\mathbb{R}}", r"(-\infty, \infty)", 1),
+    ("norm_text", "The answer is no solution.", r"\emptyset", 1),
+    ("norm_text", r"\boxed{\emptyset}", r"\text{no solution}", 1),
+    ("norm_text", "The answer is yes.", r"\text{Yes}", 1),
+    ("norm_text", "The answer is no.", r"\text{Yes}", 0),
 ]
 for _category, _completion, _answer, _expected in FIFTH_PASS:
     case(_category, _completion, _answer, _expected, "fifth pass")

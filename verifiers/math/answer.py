@@ -151,8 +151,10 @@ def _parse(s: str, percent: bool, numeric_gold: bool, depth: int) -> Answer:
     m = _INF_RE.match(s)
     if m:
         return Infinity(-1 if m.group(1) == "-" else 1)
-    if s in ("\\emptyset", "\\varnothing", "\\{\\}", "\\{ \\}"):
+    if s in ("\\emptyset", "\\varnothing", "\\{\\}", "\\{ \\}", "\\O"):
         return Seq((), "set")
+    if s in ("\\mathbb{R}", "\\mathbb R", "\\R", "\\mathbf{R}"):
+        return Interval(Infinity(-1), Infinity(1), False, False)
 
     parts = split_top(s, ("\\cup",))
     if len(parts) > 1:
@@ -197,7 +199,7 @@ def _scalar(s: str, percent: bool, numeric_gold: bool) -> Answer:
     if number is not None:
         s = str(number)
     elif _WORD_ANSWER_RE.match(s.strip()) and len(s.strip()) >= 3 and word not in _MATH_WORDS:
-        return Text(_text_key(s))
+        return _word_answer(_text_key(s))
     try:
         expr = parse_expr(s)
     except ParseError as exc:
@@ -205,7 +207,7 @@ def _scalar(s: str, percent: bool, numeric_gold: bool) -> Answer:
         if stripped is not None:
             return _scalar(stripped, percent, numeric_gold)
         if _WORDY_RE.search(s) and "\\" not in s.replace("\\text", ""):
-            return Text(_text_key(s))
+            return _word_answer(_text_key(s))
         return Unparsed(s, str(exc))
     if numeric_gold and expr.variables:
         stripped = strip_units(s, aggressive=True)
@@ -275,6 +277,20 @@ def strip_units(s: str, *, aggressive: bool) -> str | None:
     return head
 
 
+_ALL_REALS = {"allrealnumbers", "allreals", "realnumbers", "everyrealnumber", "allrealvalues"}
+_NO_SOLUTION = {"nosolution", "nosolutions", "norealsolutions", "norealsolution", "none", "emptyset", "theemptyset",
+                "nosuchnumber", "nosuchvalue", "novalue", "novalues"}
+
+
+def _word_answer(key: str) -> Answer:
+    """A word answer; "all real numbers" and "no solution" are the sets they name."""
+    if key in _ALL_REALS:
+        return Interval(Infinity(-1), Infinity(1), False, False)
+    if key in _NO_SOLUTION:
+        return Seq((), "set")
+    return Text(key)
+
+
 def _text_key(s: str) -> str:
     return re.sub(r"[^a-z0-9]+", "", s.lower())
 
@@ -329,9 +345,13 @@ def _relation(s: str, sub) -> Answer | None:
     return Unparsed(s, "mixed relations")
 
 
-def _half_line(lhs: Answer, op: str, rhs: Answer) -> Interval | None:
+def _half_line(lhs: Answer, op: str, rhs: Answer) -> Answer | None:
     """``x > 3`` -> ``(3, oo)``; ``x <= -1`` -> ``(-oo, -1]``; ``3 < x`` -> ``(3, oo)``."""
-    if op in ("=", "!="):
+    if op == "=":
+        return None
+    if op == "!=":  # x != 2: every real number but 2
+        if _is_variable(lhs) and isinstance(rhs, Scalar):
+            return Union_((Interval(Infinity(-1), rhs, False, False), Interval(rhs, Infinity(1), False, False)))
         return None
     var_left = _is_variable(lhs)
     if not var_left and not _is_variable(rhs):

@@ -41,7 +41,7 @@ _FILLER_RE = re.compile(r"(?i)^(?:(?:approximately|approx\.?|about|around|roughl
                         r"(?:written|expressed|simplified|rewritten|stated)\s+(?:as|to)|:)\s*)+")
 _PROSE_START = {"to", "that", "this", "what", "which", "how", "why", "because", "correct", "right", "wrong", "a", "an",
                 "the", "in", "of", "as", "we", "it", "clearly", "indeed", "given", "found", "below", "above", "not",
-                "still", "also", "different", "same", "obtained", "reached", "yes", "no"}
+                "still", "also", "different", "same", "obtained", "reached"}
 _HEADING_RE = re.compile(r"(?im)^[ \t#*_>]*(?:final[ \t]+)?answer[ \t*_:：]*$")
 _GSM8K_RE = re.compile(r"(?m)^[ \t]*####[ \t]*(?P<rest>[^\n]{1,%d})" % MAX_STATEMENT)
 _BOLD_RE = re.compile(r"\*\*([^*\n]{1,80}?)\*\*")
