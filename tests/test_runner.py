@@ -236,3 +236,19 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path):
         alive = [p for p in pids if Path(f"/proc/{p}").exists()
                  and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
     assert not alive, f"workers {alive} outlived their parent"
+
+
+def test_workers_that_cannot_start_give_errors_not_a_hang(monkeypatch):
+    from verifiers import pool
+
+    monkeypatch.setattr(pool, "WORKER_COMMAND", [sys.executable, "-c", "import sys; sys.exit(3)"])
+    with VerifierRunner(workers=2, timeout_s=2) as r:
+        for _ in range(2):  # the second batch must not wait for workers the first one lost
+            start = time.perf_counter()
+            rewards = r.score_batch("test_behaviour", ["a", "b", "c"], [{"answer": "a"}] * 3)
+            assert time.perf_counter() - start < 30
+            assert {x.status for x in rewards} == {"error"}
+            assert "fail to start" in rewards[0].info["error"]
+    monkeypatch.undo()
+    with VerifierRunner(workers=1, timeout_s=5) as r:  # and a healthy pool afterwards still works
+        assert r.score_batch("test_behaviour", ["a"], [{"answer": "a"}])[0].score == 1.0

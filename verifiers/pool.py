@@ -27,7 +27,7 @@ from pathlib import Path
 
 from verifiers._worker import encode_frame
 
-WORKER_COMMAND = [sys.executable, "-c", "from verifiers._worker import main; main()"]
+WORKER_COMMAND = [sys.executable, "-c", "from verifiers._worker import main; main()"]  # tests may swap it
 MAX_CHUNK = 32
 STARTUP_TIMEOUT_S = 120.0
 MAX_STARTUP_FAILURES = 3
@@ -51,7 +51,7 @@ class Worker:
     """One worker process and its two pipes (requests on its stdin, frames from its stdout)."""
 
     def __init__(self, env: dict[str, str]):
-        self.proc = subprocess.Popen(WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+        self.proc = subprocess.Popen(list(WORKER_COMMAND), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                      close_fds=True, start_new_session=True)
         self.fd = self.proc.stdout.fileno()
         os.set_blocking(self.fd, False)
@@ -154,8 +154,15 @@ class WorkerPool:
             self._all.discard(worker)
 
     def acquire(self, n: int, *, block: bool) -> list[Worker]:
-        """Up to ``n`` idle workers; with ``block``, wait until at least one is free (or the pool closes)."""
+        """Up to ``n`` idle workers; with ``block``, wait until at least one is free (or the pool closes).
+
+        Workers lost since the last call (failed starts, crashes whose replacement could not start)
+        are respawned here, so the pool never shrinks for good."""
         with self._cond:
+            while not self._closed and len(self._all) < self.size:
+                worker = Worker(self._env)
+                self._all.add(worker)
+                self._idle.append(worker)
             while block and not self._idle and not self._closed:
                 self._cond.wait()
             taken, self._idle = self._idle[:n], self._idle[n:]
