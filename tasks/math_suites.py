@@ -6,7 +6,8 @@ suite                     splits (size)      gold answer                        
 ``gsm8k``                 train 7,473        the number after ``####`` in the solution   ``openai/gsm8k`` (``main``)
                           test 1,319
 ``math``                  test 5,000         the last ``\\boxed{}`` of the solution       ``DigitalLearningGmbH/MATH-lighteval``
-                          train 4,500        (or an ``answer`` column where present)
+                          train 4,500        (see :func:`gold_from_boxes`), or an
+                                             ``answer`` column where present
 ``math500``               test 500           the ``answer`` field (else the last box)    ``HuggingFaceH4/MATH-500``
 ``aime24``                test 30            the ``answer`` field                        ``HuggingFaceH4/aime_2024``
 ``amc23``                 test 40            the ``answer`` field (``27.0`` -> ``27``)   ``math-ai/amc23``
@@ -41,6 +42,15 @@ from tasks.registry import register_task
 
 BOXED_INSTRUCTION = "Think step by step, then write the final answer inside \\boxed{}."
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox|framebox)\s*\{")
+# A solution boxing several different values: the problem asks for all of them, or accepts any.
+_ASKS_FOR_ALL = re.compile(r"separated by comma", re.I)
+_ACCEPTS_ANY = re.compile(r"also accepted|also an acceptable|either (?:point|one|answer) is|not both", re.I)
+# Golds the box rule gets wrong, by problem_key(problem), with why.
+GOLD_FIXES = {
+    # MATH test 4060: the problem uses \boxed{N} as notation; its solution boxes 11, 20 and 12 and
+    # states "6 is our answer" unboxed, on purpose
+    "46fd1f6c5bd5e2b1": "6",
+}
 _GSM8K_NUMBER = re.compile(r"^-?[\d,]*\.?\d+$")
 _CALCULATOR = re.compile(r"<<[^<>\n]*>>")
 
@@ -64,6 +74,29 @@ def boxed_answers(text: str) -> list[str]:
             answers.append(text[match.end(): i - 1].strip())
             end = i
     return answers
+
+
+def _canonical(answer: str) -> str:
+    """Light LaTeX normalisation to tell different boxed values from the same one written twice
+    (``10\\sqrt{2}`` / ``10\\sqrt 2``, ``\\tfrac32`` / ``\\frac{3}{2}``)."""
+    return re.sub(r"\\left|\\right|\\[,!;: ]|[\s{}]", "", answer.replace("\\tfrac", "\\frac").replace("\\dfrac", "\\frac"))
+
+
+def gold_from_boxes(question: str, solution: str) -> str | list[str] | None:
+    """The gold answer of a worked solution: its last ``\\boxed{}``, unless it boxes several
+    different values: then all of them joined by ", " when the question asks for every value
+    ("separated by commas"), or the list of acceptable alternatives when it accepts any one
+    ("not both", "also accepted"). None when the solution has no box."""
+    boxes = [b for b in boxed_answers(solution) if b]
+    distinct: list[str] = []
+    for box in boxes:
+        if _canonical(box) not in {_canonical(d) for d in distinct}:
+            distinct.append(box)
+    if len(distinct) > 1 and _ASKS_FOR_ALL.search(question):
+        return ", ".join(distinct)
+    if len(distinct) > 1 and _ACCEPTS_ANY.search(question + " " + solution):
+        return distinct
+    return boxes[-1] if boxes else None
 
 
 def problem_key(problem: str) -> str:
@@ -113,18 +146,23 @@ class MathSuite(LoadedSuite):
         self._load(records, self._build, on_error)
 
     # --- per-suite rules (overridden) ---------------------------------------------------------
-    def gold(self, record: Record) -> str:
-        """The gold answer as written; raises :class:`DataError` when there is none."""
+    def gold(self, record: Record) -> str | list[str]:
+        """The gold answer as written (a list: acceptable alternatives); raises :class:`DataError`
+        when there is none."""
         answer = record.get(self.answer_fields, required=False)
         if answer is not None:
             return answer.strip()
+        question = record.get(self.question_fields)
+        fixed = GOLD_FIXES.get(problem_key(question))
+        if fixed is not None:
+            return fixed
         solution = record.get(self.solution_fields, required=False)
         if solution is None:
             raise DataError(record.where, self.answer_fields[0], f"missing (and no {self.solution_fields[0]!r} to read a \\boxed{{}} answer from)")
-        boxes = boxed_answers(solution)
-        if not boxes or not boxes[-1]:
+        gold = gold_from_boxes(question, solution)
+        if gold is None:
             raise DataError(record.where, self.solution_fields[0], "no \\boxed{} final answer to use as the gold")
-        return boxes[-1]
+        return gold
 
     def keep(self, record: Record, question: str) -> bool:
         """Whether the row belongs to this split (all rows, unless a split is cut from a file)."""
