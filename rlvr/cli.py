@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "rlvr.commands.train",
     "rlvr.commands.sft",
     "rlvr.commands.eval",
+    "rlvr.commands.tasks",
     "verifiers.cli",
 ]
 
