@@ -53,8 +53,15 @@ def verifier():
 
 
 def _score_all(verifier, pairs):
+    """Scores of all pairs. An item the *sandbox* failed on (status error/timeout: it could not
+    judge, e.g. a connection to a sandbox slot reset under load) is scored once more, so that an
+    infrastructure hiccup is not reported as a wrong gold; a second failure stays in the result."""
     with ThreadPoolExecutor(2) as pool:
-        return list(pool.map(lambda pair: verifier.score(*pair), pairs))
+        rewards = list(pool.map(lambda pair: verifier.score(*pair), pairs))
+    for i, reward in enumerate(rewards):
+        if reward.status in ("error", "timeout"):
+            rewards[i] = verifier.score(*pairs[i])
+    return rewards
 
 
 # --- loading (no sandbox) -------------------------------------------------------------------------
@@ -129,7 +136,7 @@ def test_humaneval_canonical_164_of_164_and_stubs_fail(data_dir, verifier):
     # the prompt's function header with an empty body: returns None
     header = [p.prompt[-1]["content"].split("```python\n", 1)[1].rsplit("```", 1)[0] for p in suite]
     stubs = _score_all(verifier, [(f"```python\n{h}    pass\n```", p.reference) for h, p in zip(header, suite)])
-    assert all(r.status == "ok" for r in stubs)
+    assert [(p.id, r.status, r.info.get("error")) for p, r in zip(suite, stubs) if r.status != "ok"] == []
     assert [p.id for p, r in zip(suite, stubs) if r.score != 0.0] == []
 
 
