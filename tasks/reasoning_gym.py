@@ -16,7 +16,7 @@ itself, so that the ``reasoning_gym`` verifier can call the dataset's own ``scor
 may give partial credit, and for some datasets a small credit, e.g. 0.01, for any answer).
 ``Problem.solution`` is the item's answer in tags, or None for the datasets whose items have no
 single answer and are scored by checking validity (``boxnet``, ``graph_color``,
-``propositional_logic``, ``rubiks_cube``, ``rush_hour`` in reasoning-gym 0.1.19).
+``propositional_logic``, ``rubiks_cube``, ``rush_hour`` in reasoning-gym 0.1.25).
 """
 
 from __future__ import annotations
