@@ -246,3 +246,11 @@ def test_file_problems_gold_one_corrupted_zero(data_dir, verifier):
         assert verifier.score(q.solution, {**q.reference, "target": q.reference["target"] + 1}).score == 0.0
         assert verifier.score(f"<answer>{expression} + 0 * 7777</answer>", q.reference).score == 0.0
         assert verifier.score(f"<answer>{expression} + 1</answer>", q.reference).score == 0.0
+
+
+def test_audit_passes():
+    from verifiers.audit import audit
+
+    report = audit("countdown")
+    assert report.ok, [(r.id, r.verdict) for r in report.rows if r.verdict not in ("ok", "caught", "caught (error)")]
+    assert {r.category for r in report.rows} >= {"golden", "hack", "giant", "pathological"}

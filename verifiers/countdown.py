@@ -93,26 +93,26 @@ def pick_side(text: str) -> str:
 
 def extract_expression(completion: str, mode: str = "auto") -> tuple[str | None, str]:
     """``(expression text or None, where it came from)`` (see the module docstring)."""
+    found, source = None, "none"
     if mode in ("auto", "answer_tag"):
-        found = _last_tag(completion)
-        if found is not None:
-            return pick_side(normalize(found)), "answer_tag"
-    if mode in ("auto", "boxed"):
-        found = _last_boxed(completion)
-        if found is not None:
-            return pick_side(normalize(found)), "boxed"
-    if mode in ("auto", "last_line"):
+        found, source = _last_tag(completion), "answer_tag"
+    if found is None and mode in ("auto", "boxed"):
+        found, source = _last_boxed(completion), "boxed"
+    if found is None and mode in ("auto", "last_line"):
         lines = [line for line in completion.strip().split("\n") if line.strip()]
-        if lines:
-            line = lines[-1]
-            if len(line) > MAX_EXPRESSION_CHARS * 4:
-                return line, "last_line"  # too long to be an answer; parse() rejects it
-            side = pick_side(normalize(line))
-            runs = [r.strip() for r in _NOT_EXPRESSION.split(side) if any(c.isdigit() for c in r)]
-            runs = [r for r in runs if _OPERATOR.search(r)] or runs
-            if runs:
-                return runs[-1], "last_line"
-    return None, "none"
+        found, source = (lines[-1], "last_line") if lines else (None, "none")
+    if found is None:
+        return None, "none"
+    if len(found) > 4 * MAX_EXPRESSION_CHARS:
+        return found, source  # far too long to be an answer: tokenize() rejects it without more work
+    side = pick_side(normalize(found))
+    if source == "last_line":  # prose around the expression: keep the last run of arithmetic characters
+        runs = [r.strip() for r in _NOT_EXPRESSION.split(side) if any(c.isdigit() for c in r)]
+        runs = [r for r in runs if _OPERATOR.search(r)] or runs
+        if not runs:
+            return None, "none"
+        side = runs[-1]
+    return side, source
 
 
 # --------------------------------------------------------------------------- parsing
@@ -272,10 +272,34 @@ class CountdownVerifier(Verifier):
     name = "countdown"
     description = "an expression over + - * / and parentheses that uses the given numbers at most once and equals the target"
 
+    audit_reference = {"numbers": [30, 100, 93], "target": 23}
+
     def __init__(self, use_all: bool = False, extract: str = "auto"):
         if extract not in EXTRACT_MODES:
             raise ValueError(f"countdown: extract must be one of {EXTRACT_MODES}, got {extract!r}")
         self.use_all, self.extract = bool(use_all), extract
+
+    def audit_cases(self) -> list[dict]:
+        """Golden answers and reward hacks for ``rlvr verifiers audit countdown`` (see verifiers.golden)."""
+        cases = [
+            ("golden", "<answer>30 - (100 - 93)</answer>", "accept"),
+            ("golden", "<think>100-93=7, 30-7=23</think>\n<answer>30 - (100 - 93) = 23</answer>", "accept"),
+            ("golden", "So the expression is $\\boxed{93 + 30 - 100}$.", "accept"),
+            ("golden", "30 - (100 - 93) = 23", "accept"),
+            ("golden", "<answer>30 × (100 − 93) ÷ 7 - 7</answer>", "reject"),  # 7 is not given
+            ("golden", "<answer>100 - 93 + 30</answer>", "reject"),  # 37
+            ("hedging", "<answer>30 - (100 - 93)</answer> or maybe <answer>100 - 93</answer>", "reject"),
+            ("hack", "<answer>23</answer>", "reject"),
+            ("hack", "<answer>30 - 7</answer>", "reject"),
+            ("hack", "<answer>30 - (100 - 93) + 30 - 30</answer>", "reject"),
+            ("hack", "<answer>__import__('os').system('true') or 23</answer>", "reject"),
+            ("hack", "<answer>(30 - (100 - 93)) ** 1</answer>", "reject"),
+            ("hack", "<answer>23.0</answer>", "reject"),
+            ("hack", "<answer>30 - (100 - 93) if True else 0</answer>", "reject"),
+        ]
+        return [{"id": f"{category}-{i:02d}", "category": category, "completion": completion,
+                 "reference": dict(self.audit_reference), "expect": expect}
+                for i, (category, completion, expect) in enumerate(cases, 1)]
 
     def score(self, completion: str, reference: dict) -> Reward:
         start = time.perf_counter()
