@@ -29,8 +29,7 @@ from typing import Any
 from tasks.base import Problem
 from tasks.loading import LoadedSuite
 from tasks.registry import register_task
-from verifiers.base import Reward, Verifier
-from verifiers.registry import register_verifier
+from verifiers.reasoning_gym import reasoning_gym_library
 
 INSTALL_HINT = "the reasoning_gym suite needs the reasoning-gym library: pip install reasoning-gym"
 _SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}  # percent of hash space
@@ -40,11 +39,7 @@ SEED_STRIDE = 10**9
 
 
 def _library():
-    try:
-        import reasoning_gym
-    except ImportError as exc:
-        raise ImportError(INSTALL_HINT) from exc
-    return reasoning_gym
+    return reasoning_gym_library(INSTALL_HINT)
 
 
 def split_of(question: str) -> str:
@@ -119,46 +114,3 @@ class ReasoningGym(LoadedSuite):
             raise ValueError(f"reasoning_gym: {dataset} gave only {len(problems)} distinct {split} problems in "
                              f"{budget} draws (asked for n={self.n}); its problem space may be small: lower n")
         self._problems = problems
-
-
-@register_verifier("reasoning_gym")
-class ReasoningGymVerifier(Verifier):
-    """The dataset's own ``score_answer`` on the content of the completion's last ``<answer>`` tag.
-
-    Reference: ``{"dataset": name, "config": {...}, "entry": {"question", "answer", "metadata"}}``
-    (what the ``reasoning_gym`` suite produces). No tag: score 0, ``info["extracted"] = None``.
-    The score is the dataset's (in [0, 1], possibly partial); a reference the library cannot
-    score is ``status="error"``.
-    """
-
-    name = "reasoning_gym"
-    description = "reasoning-gym's own score_answer for the dataset, on the last <answer> tag"
-
-    def __init__(self):
-        self._scorers: dict[str, Any] = {}
-
-    def __getstate__(self) -> dict:
-        return {"_scorers": {}}  # dataset objects are rebuilt in each worker
-
-    def _scorer(self, dataset: str, config: dict):
-        key = json.dumps([dataset, config], sort_keys=True)
-        if key not in self._scorers:
-            self._scorers[key] = _library().create_dataset(dataset, **{**config, "size": 1}).score_answer
-        return self._scorers[key]
-
-    def score(self, completion: str, reference: dict) -> Reward:
-        start = time.perf_counter()
-        if not isinstance(reference, dict) or not isinstance(reference.get("entry"), dict) or not reference.get("dataset"):
-            return Reward(0.0, status="error", info={"error": "reference needs 'dataset' and 'entry'", "extracted": None})
-        text = completion if isinstance(completion, str) else ""
-        close = text.rfind("</answer>")
-        open_ = text.rfind("<answer>", 0, close) if close >= 0 else -1
-        if open_ < 0:
-            return Reward(0.0, latency_s=time.perf_counter() - start, info={"extracted": None})
-        answer = text[open_ + len("<answer>"): close].strip()
-        try:
-            value = self._scorer(reference["dataset"], reference.get("config") or {})(answer, reference["entry"])
-        except Exception as exc:  # the library failed on this item: not the model's fault
-            return Reward(0.0, status="error", latency_s=time.perf_counter() - start,
-                          info={"error": f"{type(exc).__name__}: {exc}", "extracted": answer})
-        return Reward(float(value or 0.0), latency_s=time.perf_counter() - start, info={"extracted": answer})

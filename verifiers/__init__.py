@@ -6,7 +6,8 @@ Imports without torch, so reward work can run in cheap worker processes.
     get_verifier("numeric").score("so the answer is 42", {"answer": "42"}).score  # 1.0
     get_verifier("math").score("... so the answer is \\boxed{42}", {"answer": "42"}).score  # 1.0
 
-Built-ins: ``numeric``, ``math``, ``format``, ``length``, ``repetition``, ``compose``, ``trl``
+Built-ins: ``numeric``, ``math``, ``format``, ``length``, ``repetition``, ``compose``, ``trl``,
+``code``, ``countdown``, ``reasoning_gym``
 (see docs/verifiers.md). Batches are scored through :class:`verifiers.runner.VerifierRunner`
 (worker processes with a hard per-item deadline, a cache, metrics).
 """
@@ -23,6 +24,7 @@ from verifiers import format as _format  # noqa: E402,F401
 from verifiers import shaping as _shaping  # noqa: E402,F401
 from verifiers import compose as _compose  # noqa: E402,F401
 from verifiers import trl as _trl  # noqa: E402,F401
+from verifiers import reasoning_gym as _reasoning_gym  # noqa: E402,F401
 
 from verifiers.trl import from_trl, register_trl_reward  # noqa: E402
 

@@ -144,11 +144,12 @@ def run_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(described, indent=2, default=repr))
         return 0
+    width = max((len(d["name"]) for d in described), default=0) + 1
     for d in described:
-        print(f"{d['name']:<12} {d['description']}")
+        print(f"{d['name']:<{width}} {d['description']}")
         if d["options"]:
             opts = ", ".join(f"{k}={v!r}" for k, v in d["options"].items())
-            print(f"{'':<12} options: {opts}")
+            print(f"{'':<{width}} options: {opts}")
     return 0
 
 
