@@ -95,4 +95,5 @@ def test_missing_and_malformed_files(tmp_path):
 def test_packaged_example_configs_validate(name):
     raw = yaml.safe_load(resources.files("rlvr.configs").joinpath(name).read_text())
     cls = SFTConfig if "sft" in name else RunConfig
-    build_config(cls, raw, ["model.path=some/model"], source=name)
+    config = build_config(cls, raw, ["model.path=some/model"], source=name)
+    assert config.model.path == "some/model"

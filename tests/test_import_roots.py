@@ -23,4 +23,5 @@ def test_reward_packages_import_without_torch():
         "assert 'torch' not in sys.modules, 'torch was imported'; "
         "assert 'transformers' not in sys.modules, 'transformers was imported'"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
