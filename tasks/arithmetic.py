@@ -14,9 +14,8 @@ from __future__ import annotations
 import hashlib
 import operator
 import random
-from typing import Iterator
 
-from tasks.base import Problem
+from tasks.base import Problem, ProblemList
 from tasks.registry import register_task
 
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
@@ -32,7 +31,7 @@ def split_of(a: int, op: str, b: int) -> str:
 
 
 @register_task("arithmetic")
-class Arithmetic:
+class Arithmetic(ProblemList):
     """Integer arithmetic with operands of 1..``max_digits`` digits.
 
     Args:
@@ -125,11 +124,3 @@ class Arithmetic:
             meta={"a": a, "b": b, "op": op},
         )
 
-    def __len__(self) -> int:
-        return len(self._problems)
-
-    def __iter__(self) -> Iterator[Problem]:
-        return iter(self._problems)
-
-    def __getitem__(self, index: int) -> Problem:
-        return self._problems[index]

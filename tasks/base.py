@@ -31,6 +31,22 @@ class Problem:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+class ProblemList:
+    """``len``, iteration and indexing over ``self._problems``, for suites that build their
+    problems up front."""
+
+    _problems: list[Problem]
+
+    def __len__(self) -> int:
+        return len(self._problems)
+
+    def __iter__(self) -> Iterator[Problem]:
+        return iter(self._problems)
+
+    def __getitem__(self, index: int) -> Problem:
+        return self._problems[index]
+
+
 @runtime_checkable
 class TaskSuite(Protocol):
     """An iterable of problems with a name and a default verifier.

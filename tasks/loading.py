@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from tasks.base import Problem
+from tasks.base import Problem, ProblemList
 
 DATA_DIR_ENV = "RLVR_DATA_DIR"
 ON_ERROR = ("raise", "skip")
@@ -285,7 +285,7 @@ class ProblemBuilder:
         return problems
 
 
-class LoadedSuite:
+class LoadedSuite(ProblemList):
     """A suite whose problems are built once, up front: ``len``, iteration, indexing, and the
     bad-data counters ``skipped`` / ``errors`` (see :class:`ProblemBuilder`)."""
 
@@ -306,14 +306,6 @@ class LoadedSuite:
         self._problems = builder.build(records, build)
         self.skipped, self.errors = builder.skipped, builder.errors
 
-    def __len__(self) -> int:
-        return len(self._problems)
-
-    def __iter__(self) -> Iterator[Problem]:
-        return iter(self._problems)
-
-    def __getitem__(self, index: int) -> Problem:
-        return self._problems[index]
 
     def __repr__(self) -> str:
         skipped = f", skipped={self.skipped}" if self.skipped else ""

@@ -12,9 +12,10 @@ registered in-process with the same name wins.
 
 from __future__ import annotations
 
-import inspect
 from importlib import metadata
 from typing import Any, Callable
+
+from verifiers.registry import keyword_options
 
 ENTRY_POINT_GROUP = "rlvr.tasks"
 
@@ -90,11 +91,4 @@ def get_task(name: str, path: str | None = None, split: str = "train", **options
 
 def task_options(factory: Callable) -> list[str] | None:
     """The keyword options a suite accepts besides ``path`` and ``split`` (None when it takes ``**kwargs``)."""
-    try:
-        params = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return [p.name for p in params if p.name not in ("self", "path", "split")
-            and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    return keyword_options(factory, exclude=("self", "path", "split"))

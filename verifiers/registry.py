@@ -116,10 +116,16 @@ def describe_verifier(name: str) -> dict[str, Any]:
 
 def verifier_options(factory: Callable) -> list[str] | None:
     """Keyword options a factory accepts, or None when it takes ``**kwargs`` (anything goes)."""
+    return keyword_options(factory)
+
+
+def keyword_options(factory: Callable, exclude: tuple[str, ...] = ("self",)) -> list[str] | None:
+    """Names a callable accepts as keyword arguments (minus ``exclude``); None when it takes
+    ``**kwargs``. Shared by the verifier and task registries to reject unknown options."""
     try:
         params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
         return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
-    return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"]
+    return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in exclude]
