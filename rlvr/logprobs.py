@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algorithms.losses import entropy_from_logits
+from rlvr.algorithms.losses import entropy_from_log_probs
 
 
 def completion_logprobs(
@@ -35,11 +35,12 @@ def completion_logprobs(
     if temperature != 1.0:
         logits = logits / temperature
     targets = input_ids[:, -completion_len:]
-    logp = torch.gather(torch.log_softmax(logits, dim=-1), 2, targets.unsqueeze(-1)).squeeze(-1)
+    log_probs = torch.log_softmax(logits, dim=-1)  # [B, T, V], shared by logp and the entropy
+    logp = torch.gather(log_probs, 2, targets.unsqueeze(-1)).squeeze(-1)
     entropy = None
     if with_entropy and entropy_grad:
-        entropy = entropy_from_logits(logits)
+        entropy = entropy_from_log_probs(log_probs)
     elif with_entropy:  # a metric only: no graph through the [B, T, V] softmax
         with torch.no_grad():
-            entropy = entropy_from_logits(logits.detach())
+            entropy = entropy_from_log_probs(log_probs.detach())
     return logp, entropy

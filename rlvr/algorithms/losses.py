@@ -186,8 +186,12 @@ KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] =
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of the categorical distribution at each position, H = -sum_v p_v log p_v.  [..., V] -> [...]"""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(dim=-1)
+    return entropy_from_log_probs(torch.log_softmax(logits.float(), dim=-1))
+
+
+def entropy_from_log_probs(log_probs: torch.Tensor) -> torch.Tensor:
+    """The same entropy from already normalised log-probabilities (saves a second softmax)."""
+    return -(log_probs.exp() * log_probs).sum(dim=-1)
 
 
 def clipped_value_loss(
