@@ -12,6 +12,15 @@ waits for the zygote's "done", so a flood can never fill a pipe and deadlock any
 ``max_output_bytes`` is cut by closing our read end (the program gets EPIPE). If the zygote does
 not answer within the run's own budget plus a grace period, the host kills the whole slot (its
 bwrap, and with it the sandbox's pid namespace) and starts a fresh one for the next run.
+
+Who starts the sandbox matters: bwrap's ``--die-with-parent`` (and, without bwrap, the zygote
+itself) uses ``PR_SET_PDEATHSIG``, which the kernel fires when the *thread* that forked the
+process exits, not when the process does. A slot started lazily by a caller's worker thread
+(a ``ThreadPoolExecutor`` that is shut down after a batch, ``asyncio.to_thread``) was SIGKILLed
+when that thread ended, often in the middle of the next caller's run ("the sandbox process died
+(exit status -9)", EPIPE or ECONNRESET on the control socket). Every sandbox process is therefore
+forked by one long-lived daemon thread per process (``spawn``), which lives as long as the process:
+"die with the parent" keeps its meaning (the host process dies, its sandboxes die) and nothing else.
 """
 
 from __future__ import annotations
@@ -19,13 +28,16 @@ from __future__ import annotations
 import array
 import json
 import os
+import queue
 import secrets
 import selectors
 import signal
 import socket
 import struct
 import subprocess
+import threading
 import time
+from concurrent.futures import Future
 
 from sandbox import launch
 from sandbox.detect import zygote_config
@@ -81,9 +93,9 @@ class Slot:
         else:
             argv = launch.python_command(config, site_packages=self.site_packages)
         try:
-            self.proc = subprocess.Popen(argv, pass_fds=[child_end.fileno()], env=launch.clean_env(),
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, start_new_session=True, cwd="/")
+            self.proc = spawn(lambda: subprocess.Popen(
+                argv, pass_fds=[child_end.fileno()], env=launch.clean_env(), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, cwd="/"))
         finally:
             child_end.close()
         self.sock = host_end
@@ -187,9 +199,14 @@ class Slot:
                     break
                 for key, _ in sel.select(remaining):
                     if key.data == "ctl":
-                        msg = self.sock.recv(1 << 16)
+                        try:
+                            msg = self.sock.recv(1 << 16)
+                        except OSError as exc:  # ECONNRESET: it died with our request unread
+                            msg, why = b"", f"{exc!r}, "
+                        else:
+                            why = ""
                         if not msg:  # the zygote died
-                            raw.error = f"the sandbox process died ({self._exit_text()})"
+                            raw.error = f"the sandbox process died ({why}{self._exit_text()})"
                             self.kill()
                             return self._finish(raw, bufs, fds, open_fds, sel)
                         raw.done = json.loads(msg)
@@ -259,6 +276,47 @@ class Slot:
             self.proc.stderr.close()
         self.proc = None
         self.zygote_pid = None
+
+
+# --- the spawner thread ----------------------------------------------------------------------
+
+_spawner_lock = threading.Lock()
+_spawner: tuple[int, "queue.SimpleQueue"] | None = None  # (owner pid, job queue)
+
+
+def spawn(start):
+    """``start()`` (which forks a sandbox process) in this process's spawner thread; its result.
+
+    The spawner is a daemon thread that never returns while the process lives, so the
+    parent-death signal of what it forks fires only when the whole process ends (see the module
+    docstring). Created lazily, and again in a forked child (threads do not survive fork)."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or _spawner[0] != os.getpid():
+            jobs: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=_spawner_loop, args=(jobs,), name="sandbox-spawner", daemon=True).start()
+            _spawner = (os.getpid(), jobs)
+        jobs = _spawner[1]
+    done: Future = Future()
+    jobs.put((start, done))
+    return done.result()
+
+
+def _forget_spawner() -> None:
+    global _spawner, _spawner_lock
+    _spawner, _spawner_lock = None, threading.Lock()  # the lock may have been held at fork()
+
+
+os.register_at_fork(after_in_child=_forget_spawner)
+
+
+def _spawner_loop(jobs: "queue.SimpleQueue") -> None:
+    while True:
+        start, done = jobs.get()
+        try:
+            done.set_result(start())
+        except BaseException as exc:  # handed to the caller, never ends this thread
+            done.set_exception(exc)
 
 
 def _memfd(name: str, data: bytes) -> int:

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
+import threading
 import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -243,6 +247,60 @@ def test_pool_recovers_after_its_sandbox_is_killed(pool):
     slot.proc.wait(timeout=10)
     results = [pool.execute("print(7)", limits=FAST) for _ in range(3)]
     assert all(r.stdout == "7\n" for r in results)
+
+
+def _in_a_thread(fn):
+    """``fn()`` in a fresh thread that has exited (at the OS level too) when this returns."""
+    out = []
+    thread = threading.Thread(target=lambda: out.append(fn()))
+    thread.start()
+    thread.join()
+    native = thread.native_id
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/self/task/{native}") and time.monotonic() < deadline:
+        time.sleep(0.01)  # join() returns before the kernel has finished the thread's exit
+    return out[0]
+
+
+@pytest.mark.parametrize("layers", [{}, {"bwrap": False}], ids=["default", "no_bwrap"])
+def test_a_sandbox_started_from_a_short_lived_thread_outlives_it(layers):
+    """bwrap --die-with-parent (and the bare zygote without bwrap) use PR_SET_PDEATHSIG, which the
+    kernel fires when the *thread* that started the process exits. A slot started lazily by a
+    caller's worker thread must not die (SIGKILL) when that thread ends."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # no bwrap: weak isolation, on purpose
+        p = SandboxPool(slots=1, layers=layers, allow_weak_isolation=bool(layers) or not STRONG)
+    try:
+        assert _in_a_thread(lambda: p.execute("print(1)", limits=FAST)).stdout == "1\n"
+        slot = p._slots[0]
+        started = slot.proc.pid
+        time.sleep(0.2)
+        assert slot.alive and slot.proc.pid == started, f"the slot died: exit status {slot.proc.poll()}"
+        assert p.execute("print(2)", limits=FAST).stdout == "2\n" and slot.proc.pid == started
+    finally:
+        p.close()
+
+
+def test_correct_solutions_pass_under_cpu_load_from_short_lived_threads():
+    """Two busy loops on a small machine, and callers in fresh thread pools (as tests and asyncio's
+    to_thread do): every correct solution comes back passed, none as a sandbox error."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    p = SandboxPool(slots=2, allow_weak_isolation=not STRONG)
+    limits = Limits(timeout_s=5.0)
+    code = "def f(x):\n    return sorted(x)[::-1]"
+    tests = ["assert f([1, 3, 2]) == [3, 2, 1]", "assert f([]) == []", "assert f('ba') == ['b', 'a']"]
+    try:
+        reports = []
+        for _ in range(25):
+            with ThreadPoolExecutor(2) as ex:
+                reports += ex.map(lambda _: p.run_tests(code, tests, limits=limits), range(2))
+        bad = [(r.status, r.detail, [o.status for o in r.per_test]) for r in reports if not r.all_passed]
+        assert bad == []
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        p.close()
 
 
 def test_closed_pool_refuses():
