@@ -214,7 +214,7 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, config
             rows = rows_with_gradient(minibatch, config)
             computed_rows += len(rows)
             optimizer.zero_grad(set_to_none=False)  # zero tensors: a step with no active rows is a zero-gradient step
-            for micro_rows in rows.split(config.train.micro_batch_size):
+            for micro_rows in rows.split(config.train.micro_batch_size) if len(rows) else ():
                 micro = minibatch.select(micro_rows)
                 logp, entropy = completion_logprobs(
                     policy, micro.input_ids, micro.attention_mask, micro.completion_len, gen.temperature,

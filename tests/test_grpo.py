@@ -180,3 +180,12 @@ def test_skipping_zero_advantage_rows_leaves_the_gradient_unchanged(taught_model
 
     for full, skipped in zip(grads(torch.arange(len(batch))), grads(rows)):
         torch.testing.assert_close(full, skipped, rtol=1e-5, atol=1e-7)
+
+
+def test_a_step_without_any_signal_is_a_zero_gradient_step(taught_model, tmp_path):
+    """Regression: when every group has zero variance there are no rows to compute; the step must
+    still run (an empty micro-batch once crashed the model's forward)."""
+    grpo.train(_config(taught_model, tmp_path, "algorithm.beta=0", "generation.temperature=0.01", "train.steps=2",
+                       "eval.at_start=false", "eval.at_end=false"))
+    steps = read_metrics(tmp_path / "metrics.jsonl")
+    assert len(steps) == 2 and any(r["train/computed_rows_frac"] == 0 for r in steps)
