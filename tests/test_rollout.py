@@ -48,7 +48,7 @@ class ScriptedEngine:
 
 def _collect(engine, sampler, *, dynamic, num_prompts=2):
     return collect_groups(
-        engine=engine, runner=VerifierRunner(), sampler=sampler, encode=lambda p: [5, 6], num_prompts=num_prompts,
+        engine=engine, runner=VerifierRunner(workers=0), sampler=sampler, encode=lambda p: [5, 6], num_prompts=num_prompts,
         group_size=2, sampling=SamplingParams(max_new_tokens=4), verifier=None, verifier_options=None,
         success_threshold=1.0, dynamic_sampling=dynamic, max_resample_rounds=3,
     )
@@ -95,7 +95,7 @@ def test_dynamic_sampling_tops_up_with_dropped_groups_when_rounds_run_out():
 
 
 def _groups(texts_by_group, finish="stop"):
-    runner = VerifierRunner()
+    runner = VerifierRunner(workers=0)
     groups = []
     for i, texts in enumerate(texts_by_group):
         completions = [Completion([1] * len(t), t, [-1.0] * len(t), finish) for t in texts]
