@@ -28,7 +28,7 @@ SHAPES = {
 }
 
 
-def run(shape: str, steps: int, device: str, beta: float, warmup: int = 3) -> dict[str, float]:
+def run(shape: str, steps: int, device: str, beta: float, threads: int | None, warmup: int = 3) -> dict[str, float]:
     from rlvr import grpo
     from rlvr.config import RunConfig, build_config
     from rlvr.models import build_tiny_model, load_policy
@@ -45,8 +45,9 @@ def run(shape: str, steps: int, device: str, beta: float, warmup: int = 3) -> di
             "algorithm": {"preset": "grpo", "beta": beta},
             "optim": {"lr": 1e-4},
             "train": {"steps": steps + warmup, "prompts_per_step": spec["prompts"], "group_size": spec["group"],
-                      "micro_batch_size": 256, "device": device},
+                      "micro_batch_size": 256, "device": device, "threads": threads},
             "eval": {"at_start": False, "at_end": False},
+            "verifier": {"workers": 0},
             "checkpoint": {"every": 0},
             "log": {"progress": False, "plot_every": 0},
         })
@@ -64,16 +65,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--shape", choices=sorted(SHAPES), action="append", help="shape(s) to time (default: all)")
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient (0 = no reference pass)")
+    parser.add_argument("--threads", type=int, action="append",
+                        help="torch CPU threads; repeat to compare (e.g. --threads 1 --threads 2); default: torch's")
     args = parser.parse_args(argv)
     for shape in args.shape or list(SHAPES):
-        m = run(shape, args.steps, args.device, args.beta)
-        spec = SHAPES[shape]
-        print(f"\n{shape}: {spec['prompts']} prompts x {spec['group']} samples, {spec['new_tokens']} new tokens, "
-              f"{m['params'] / 1e6:.2f}M parameters, beta {args.beta}, device {args.device}, median of {args.steps} steps")
-        for phase in ("generate", "verify", "update"):
-            seconds = m[f"time/{phase}"]
-            print(f"  {phase:<9} {seconds * 1e3:8.1f} ms   {seconds / m['time/step']:6.1%} of the step")
-        print(f"  {'step':<9} {m['time/step'] * 1e3:8.1f} ms   generation {m['perf/tokens_per_s']:,.0f} tokens/s")
+        step_ms = {}
+        for threads in args.threads or [None]:
+            m = run(shape, args.steps, args.device, args.beta, threads)
+            spec = SHAPES[shape]
+            print(f"\n{shape}: {spec['prompts']} prompts x {spec['group']} samples, {spec['new_tokens']} new tokens, "
+                  f"{m['params'] / 1e6:.2f}M parameters, beta {args.beta}, threads {threads or 'default'}, "
+                  f"device {args.device}, median of {args.steps} steps")
+            for phase in ("generate", "verify", "update"):
+                seconds = m[f"time/{phase}"]
+                print(f"  {phase:<9} {seconds * 1e3:8.1f} ms   {seconds / m['time/step']:6.1%} of the step")
+            print(f"  {'step':<9} {m['time/step'] * 1e3:8.1f} ms   generation {m['perf/tokens_per_s']:,.0f} tokens/s")
+            step_ms[threads] = m["time/step"] * 1e3
+        if len(step_ms) > 1:
+            base = next(iter(step_ms))
+            print("  step time relative to threads=" + str(base) + ": "
+                  + ", ".join(f"threads={t}: {v / step_ms[base]:.2f}x" for t, v in step_ms.items()))
     return 0
 
 

@@ -67,7 +67,7 @@ class VerifierConfig(Section):
 
 
 class EngineConfig(Section):
-    name: Literal["hf", "vllm"] = "hf"
+    name: Literal["hf"] = Field("hf", description="generation engine (vllm is planned; hf everywhere)")
     max_batch_size: int = Field(256, ge=1, description="sequences generated together")
 
 
