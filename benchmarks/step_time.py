@@ -20,6 +20,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+# This folder holds verifiers.py and sandbox.py benchmarks: keep them from shadowing the packages.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
+
 SHAPES = {
     "quickstart": dict(model=dict(hidden_size=128, intermediate_size=512, num_layers=2, num_heads=4),
                        prompts=32, group=8, new_tokens=5),

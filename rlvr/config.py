@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence, TypeVar
+from typing import Any, Literal, Optional, Sequence, TypeVar, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 # ---------------------------------------------------------------------------------------------
 # Sections
@@ -133,7 +133,8 @@ class TrainConfig(Section):
     micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward (memory bound)")
     seed: int = 0
     device: str = Field("auto", description="cpu, cuda, cuda:N, or auto")
-    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads; null = torch's default (one per core)")
+    threads: Union[PositiveInt, Literal["auto"], None] = Field(
+        None, description="torch CPU threads: a number, 'auto' (the cores the load average leaves free), or null = torch's default")
 
 
 class EvalConfig(Section):
@@ -211,7 +212,8 @@ class SFTTrainConfig(Section):
     micro_batch_size: int = Field(256, ge=1)
     seed: int = 0
     device: str = "auto"
-    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads; null = torch's default (one per core)")
+    threads: Union[PositiveInt, Literal["auto"], None] = Field(
+        None, description="torch CPU threads: a number, 'auto' (the cores the load average leaves free), or null = torch's default")
 
 
 class SFTEvalConfig(Section):
