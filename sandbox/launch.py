@@ -2,7 +2,8 @@
 bootstrap that loads the inside modules from source.
 
 The sandbox sees (read-only) /usr, the /bin /lib /lib64 /sbin links or directories, the Python
-installation that runs the host (so ``sys.executable`` works inside), and a few /etc files the
+installation that runs the host (its base interpreter: a virtual environment, which may live inside
+the project, is never mounted unless ``site_packages=True``), and a few /etc files the
 dynamic loader and time zone code read. It does not see the project, the host's home directory,
 the host's /tmp, /sys, or the site-packages directory (hidden by an empty tmpfs unless
 ``site_packages=True``: third-party extension modules such as numpy give a program raw memory
@@ -56,25 +57,38 @@ def inside_sources() -> dict[str, str]:
     return {name: (here / f"{name}.py").read_text() for name in INSIDE_MODULES}
 
 
+def interpreter(*, site_packages: bool = False) -> str:
+    """The Python binary that runs inside: the current one with ``site_packages`` (its virtual
+    environment is then mounted too), else the base installation's binary, so that a virtual
+    environment (e.g. ``.venv`` inside the project checkout) never has to be visible."""
+    if site_packages:
+        return sys.executable
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
 def python_command(config: dict, *, site_packages: bool = False) -> list[str]:
-    """``python -I -S -B -c BOOTSTRAP SOURCES CONFIG`` for the current interpreter."""
+    """``python -I -S -B -c BOOTSTRAP SOURCES CONFIG`` for the sandbox's interpreter."""
     flags = ["-I", "-B"] + ([] if site_packages else ["-S"])
-    return [sys.executable, *flags, "-c", _BOOTSTRAP, json.dumps(inside_sources()), json.dumps(config)]
+    return [interpreter(site_packages=site_packages), *flags, "-c", _BOOTSTRAP, json.dumps(inside_sources()),
+            json.dumps(config)]
 
 
-def _python_dirs() -> list[str]:
-    """Directories the interpreter needs, outside /usr (pyenv, conda, a venv...)."""
-    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-            str(Path(os.path.realpath(sys.executable)).parent.parent)}
+def _python_dirs(*, site_packages: bool = False) -> list[str]:
+    """Directories the interpreter needs, outside /usr (pyenv, conda; a venv only with site-packages)."""
+    dirs = {sys.base_prefix, sys.base_exec_prefix, str(Path(interpreter(site_packages=site_packages)).parent.parent)}
+    if site_packages:
+        dirs |= {sys.prefix, sys.exec_prefix, str(Path(os.path.realpath(sys.executable)).parent.parent)}
     return sorted(d for d in dirs if d and not (d == "/usr" or d.startswith("/usr/")) and os.path.isdir(d))
 
 
-def _site_dirs() -> list[str]:
+def _site_dirs(mounted: list[str]) -> list[str]:
+    """site-packages directories inside the mounted Python directories (to hide under a tmpfs)."""
     paths = sysconfig.get_paths()
     out = {paths.get("purelib"), paths.get("platlib")}
     for prefix in {sys.base_prefix, sys.prefix}:
         out.update(sysconfig.get_paths(vars={"base": prefix, "platbase": prefix}).get(k) for k in ("purelib", "platlib"))
-    return sorted(d for d in out if d and os.path.isdir(d))
+    inside = [Path(m) for m in mounted] + [Path("/usr")]
+    return sorted(d for d in out if d and os.path.isdir(d) and any(Path(d).is_relative_to(m) for m in inside))
 
 
 def _masked_extension_files() -> list[str]:
@@ -97,7 +111,8 @@ def filesystem_args(*, site_packages: bool = False) -> list[str]:
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
     made: set[str] = set()
-    for directory in _python_dirs():
+    python_dirs = _python_dirs(site_packages=site_packages)
+    for directory in python_dirs:
         # Parents bwrap would create copy the host's modes (/root is 0700): make them traversable.
         for parent in reversed(Path(directory).parents[:-1]):
             if str(parent) not in made and not str(parent).startswith("/usr"):
@@ -105,7 +120,7 @@ def filesystem_args(*, site_packages: bool = False) -> list[str]:
                 made.add(str(parent))
         args += ["--ro-bind", directory, directory]
     if not site_packages:
-        for directory in _site_dirs():
+        for directory in _site_dirs(python_dirs):
             args += ["--tmpfs", directory]
     for path in _masked_extension_files():
         args += ["--ro-bind", "/dev/null", path]

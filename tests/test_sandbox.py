@@ -417,3 +417,21 @@ def test_pool_removes_its_cgroups_and_stale_ones():
     assert all(d.exists() for d in mine)
     p.close()
     assert not any(d.exists() for d in mine)
+
+
+def test_a_virtual_environment_is_not_mounted(tmp_path, monkeypatch):
+    """Regression: run from a venv inside the project checkout, the sandbox mounted the venv and
+    so exposed the project path; the start-up self-check then failed and isolation fell to weak."""
+    import sys as _sys
+
+    from sandbox import launch
+
+    venv = tmp_path / "project" / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    monkeypatch.setattr(_sys, "prefix", str(venv))
+    monkeypatch.setattr(_sys, "exec_prefix", str(venv))
+    args = launch.filesystem_args()
+    assert not any(str(tmp_path) in a for a in args)
+    assert launch.python_command({})[0] == launch.interpreter()
+    assert str(tmp_path) not in launch.interpreter()
+    assert any(str(venv) in a for a in launch.filesystem_args(site_packages=True))  # asked for: mounted
