@@ -9,6 +9,7 @@ function under test redefined to raise fails every task.
 from __future__ import annotations
 
 import ast
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -139,9 +140,11 @@ def _broken(problem) -> str:
     """The reference program with every function the tests call redefined to raise (returning None
     is not wrong everywhere: MBPP 546 expects None for a missing character)."""
     code = problem.solution.removeprefix("```python\n").removesuffix("\n```")
-    defined = {n.name for n in ast.parse(code).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    called = {n.func.id for t in problem.reference["tests"] for n in ast.walk(ast.parse(t))
-              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    with warnings.catch_warnings():  # the data's strings hold escapes like "\w" that warn when parsed
+        warnings.simplefilter("ignore")
+        defined = {n.name for n in ast.parse(code).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        called = {n.func.id for t in problem.reference["tests"] for n in ast.walk(ast.parse(t))
+                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     stubs = "".join(f"\n\ndef {name}(*args, **kwargs):\n    raise ValueError('broken')" for name in sorted(called & defined))
     return f"```python\n{code}{stubs}\n```"
 
