@@ -22,6 +22,36 @@ def test_every_command_has_help_for_every_option():
             assert action.help, f"rlvr {name}: option {action.dest} has no help"
 
 
+def _all_parsers(parser, prefix="rlvr"):
+    for name, sub in _subcommands(parser).items():
+        yield f"{prefix} {name}", sub
+        if any(a.__class__.__name__ == "_SubParsersAction" for a in sub._actions):
+            yield from _all_parsers(sub, f"{prefix} {name}")
+
+
+def test_help_states_defaults_once_and_never_none():
+    for name, sub in _all_parsers(build_parser()):
+        text = sub.format_help()
+        assert "(default: None)" not in text and "(default: False)" not in text and "(default: [])" not in text, name
+        for action in sub._actions:
+            help_text = (sub._get_formatter()._get_help_string(action) or "").replace("%(default)s", str(action.default))
+            assert help_text.count("(default") <= 1, (name, action.dest, help_text)
+
+
+def test_quickstart_help_names_the_packaged_step_count():
+    import yaml
+    from importlib import resources
+
+    steps = yaml.safe_load(resources.files("rlvr.configs").joinpath("quickstart.yaml").read_text())["train"]["steps"]
+    quickstart = _subcommands(build_parser())["quickstart"]
+    assert f"the packaged config's {steps})" in " ".join(quickstart.format_help().split())
+
+
+def test_eval_verifies_under_a_deadline_by_default():
+    args = build_parser().parse_args(["eval", "--model", "m", "--task", "arithmetic"])
+    assert args.workers is None and args.timeout > 0  # None = one worker per core, each item under the deadline
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["quickstart", "--help"], ["train", "--help"], ["sft", "--help"]])
 def test_help_exits_cleanly(argv):
     result = subprocess.run([sys.executable, "-m", "rlvr.cli", *argv], capture_output=True, text=True)

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from rlvr.commands import HelpFormatter
+
 
 def _key_values(pairs: list[str], flag: str) -> dict:
     import yaml
@@ -23,7 +25,7 @@ def _key_values(pairs: list[str], flag: str) -> dict:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "eval",
+        "eval", formatter_class=HelpFormatter,
         help="measure a model on a task suite: pass@k (unbiased), accuracy, verifier statuses, throughput",
         description="Generate --samples completions per problem with the engine, verify them with the suite's verifier "
         "(or --verifier), and report pass@k with the unbiased estimator of Chen et al. (2021), mean accuracy, verifier "
@@ -43,7 +45,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per completion")
     p.add_argument("--verifier", default=None, help="verifier to use instead of the suite's default")
     p.add_argument("--option", action="append", default=[], metavar="k=v", help="verifier option (repeatable)")
-    p.add_argument("--workers", type=int, default=0, help="verifier worker processes (0 = in this process)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="verifier worker processes, each item under the --timeout deadline (default: one per core, "
+                   "at most 4; 0 = in this process, without a deadline)")
+    p.add_argument("--timeout", type=float, default=10.0, help="hard deadline per verified item, in seconds")
     p.add_argument("--batch-prompts", type=int, default=64, help="prompts generated together")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="model weights dtype")
@@ -82,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                               greedy=args.greedy)
     started = time.perf_counter()
-    with VerifierRunner(workers=args.workers) as runner, tqdm(total=len(problems), desc=f"eval {args.task}") as bar:
+    with VerifierRunner(workers=args.workers, timeout_s=args.timeout) as runner, tqdm(total=len(problems), desc=f"eval {args.task}") as bar:
         result = evaluate(engine, PromptEncoder(tokenizer), problems, runner, sampling=sampling, samples=args.samples,
                           ks=ks, verifier=args.verifier, verifier_options=_key_values(args.option, "--option"),
                           batch_prompts=args.batch_prompts, keep_records=args.out is not None, progress=bar.update)

@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import argparse
+from importlib import resources
+
+from rlvr.commands import HelpFormatter
+
+
+def packaged_steps() -> int:
+    """The GRPO step count of the packaged ``quickstart.yaml`` (what ``--steps`` defaults to)."""
+    import yaml
+
+    return int(yaml.safe_load(resources.files("rlvr.configs").joinpath("quickstart.yaml").read_text())["train"]["steps"])
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "quickstart",
+        "quickstart", formatter_class=HelpFormatter,
         help="build a tiny model, SFT-bootstrap it, train it with GRPO, print accuracy before -> after",
-        description="The embedded default run (about 3-6 minutes on a 2-core CPU): builds a tiny character-level "
+        description="The embedded default run (4-8 minutes on an idle 2-core CPU): builds a tiny character-level "
         "model, SFT-bootstraps it on 3-digit addition, trains it with GRPO against the `numeric` verifier, and "
         "prints greedy accuracy on 500 held-out problems before and after. Writes a run folder with the resolved "
         "config, metrics.jsonl, plots, checkpoints and summary.json.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--out", default=None, help="run folder (default: runs/quickstart-<timestamp>)")
     p.add_argument("--seed", type=int, default=0, help="seed for the model, data order and sampling")
-    p.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the packaged config's 300)")
+    p.add_argument("--steps", type=int, default=None, help=f"GRPO steps (default: the packaged config's {packaged_steps()})")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (for logs)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of the GRPO stage's config, e.g. train.prompts_per_step=16")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rlvr.commands import HelpFormatter
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "sft",
+        "sft", formatter_class=HelpFormatter,
         help="supervised fine-tuning on gold completions (loss on completion tokens only)",
         description="Fine-tune on a task suite's gold solutions (data.task) or a JSONL file of prompt/completion pairs "
         "(data.task: null, data.path: FILE). key=value pairs override the config. Optional early stop when held-out "

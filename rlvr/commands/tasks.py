@@ -15,25 +15,27 @@ import json
 import sys
 from typing import Any
 
+from rlvr.commands import HelpFormatter
+
 RULE = "-" * 78
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "tasks",
+        "tasks", formatter_class=HelpFormatter,
         help="list task suites, or show the formatted prompts and references of one",
         description="Task suites: `rlvr tasks list` for every registered suite with its splits, sizes and default "
         "verifier; `rlvr tasks show NAME` for the fully formatted prompts a model will see, with their references.",
     )
     sub = p.add_subparsers(dest="tasks_command", metavar="SUBCMD", required=True)
 
-    lp = sub.add_parser("list", help="every suite: name, size per split, default verifier",
+    lp = sub.add_parser("list", formatter_class=HelpFormatter, help="every suite: name, size per split, default verifier",
                         description="Every registered suite (built-in and rlvr.tasks plugins) with the number of problems "
                         "in each split (default options) and its default verifier. Suites whose data is missing say why.")
     lp.add_argument("--no-sizes", action="store_true", help="do not load the suites to count their problems (instant)")
     lp.set_defaults(func=run_list)
 
-    sp = sub.add_parser("show", help="the formatted prompts of a suite's first problems, with references",
+    sp = sub.add_parser("show", formatter_class=HelpFormatter, help="the formatted prompts of a suite's first problems, with references",
                         description="Print the first N problems of a suite: the chat messages, the prompt text exactly "
                         "as the model reads it (with --model: through that tokenizer's chat template; without: the plain "
                         "join used for models without a template), the reference the verifier checks, and the gold solution.")

@@ -6,10 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from rlvr.commands import HelpFormatter
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "train",
+        "train", formatter_class=HelpFormatter,
         help="train a policy with GRPO / Dr. GRPO / DAPO / RLOO / REINFORCE++ from a YAML config",
         description="Train a policy with a critic-free RL recipe. CONFIG is a YAML file (examples in rlvr/configs/); "
         "key=value pairs override it (e.g. algorithm.preset=dapo train.steps=200 model.lora.r=8). Unknown keys, wrong "
