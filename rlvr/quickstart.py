@@ -13,6 +13,7 @@ Everything lands in one run folder: ``base_model/``, ``sft/``, and at the top th
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from importlib import resources
 from pathlib import Path
@@ -25,6 +26,23 @@ from rlvr.config import RunConfig, SFTConfig, build_config
 
 def _packaged_config(name: str) -> dict:
     return yaml.safe_load(resources.files("rlvr.configs").joinpath(name).read_text())
+
+
+def eval_command(config: RunConfig, *, samples: int = 8, ks: str = "1,8") -> str:
+    """The ``rlvr eval`` line that measures a run's final model on the problems its evaluation used.
+
+    The suite's options (the quickstart's bare ``7+345=`` prompts) and the generation budget must be
+    the ones the model was trained with; a plain ``--task arithmetic`` would ask it chat-formatted
+    questions it has never seen, and score 0.
+    """
+    suite = config.data[0]
+    words = ["rlvr", "eval", "--model", str(Path(config.out) / "final"), "--task", suite.task, "--split", "test"]
+    for key, value in suite.options.items():
+        text = value if isinstance(value, str) and yaml.safe_load(value) == value else json.dumps(value)
+        words += ["--task-option", f"{key}={text}"]
+    words += ["--limit", str(config.eval.limit), "--max-new-tokens", str(config.generation.max_new_tokens),
+              "--samples", str(samples), "--k", ks]
+    return shlex.join(words)
 
 
 def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | None = None, device: str = "auto",
@@ -68,10 +86,12 @@ def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | Non
         "sft_dev_accuracy": sft_summary["eval_accuracy"],
         "eval_problems": run_config.eval.limit,
         "model": str(run_dir / "final"),
+        "eval_command": eval_command(run_config),
     })
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     before, after = summary["accuracy_before"], summary["accuracy_after"]
     print(f"\ngreedy accuracy on {run_config.eval.limit} held-out problems: "
           f"before GRPO {before:.3f} -> after {after:.3f} ({after - before:+.3f})")
     print(f"wall time {summary['wall_s']:.0f} s; run folder: {run_dir} (summary.json, metrics.jsonl, metrics.png)")
+    print(f"pass@1 and pass@8 of the trained model: {summary['eval_command']}")
     return summary

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from itertools import combinations
 from math import comb
 
 import pytest
@@ -16,6 +17,15 @@ from test_grpo import _config
 @pytest.mark.parametrize("n, c, k", [(5, 2, 1), (5, 2, 2), (10, 3, 8), (8, 0, 1), (8, 8, 8), (200, 13, 100)])
 def test_pass_at_k_equals_the_binomial_formula(n, c, k):
     assert pass_at_k(n, c, k) == pytest.approx(1 - comb(n - c, k) / comb(n, k))
+
+
+@pytest.mark.parametrize("n", [1, 4, 7])
+def test_pass_at_k_is_the_chance_that_k_drawn_samples_hold_a_correct_one(n):
+    for c in range(n + 1):
+        samples = [True] * c + [False] * (n - c)
+        for k in range(1, n + 1):
+            draws = list(combinations(samples, k))
+            assert pass_at_k(n, c, k) == pytest.approx(sum(any(d) for d in draws) / len(draws)), (n, c, k)
 
 
 def test_pass_at_k_by_hand():

@@ -1,10 +1,30 @@
 """The embedded default end to end: the README's first command must make the model better."""
 
 import json
+import shlex
 import subprocess
 import sys
+from importlib import resources
 
 import pytest
+import yaml
+
+from rlvr.cli import build_parser
+from rlvr.config import RunConfig, build_config
+from rlvr.quickstart import eval_command
+
+
+def test_eval_command_asks_the_questions_the_model_was_trained_on(tmp_path):
+    packaged = yaml.safe_load(resources.files("rlvr.configs").joinpath("quickstart.yaml").read_text())
+    config = build_config(RunConfig, packaged, [f"out={tmp_path / 'run dir'}", "model.path=m"], source="quickstart.yaml")
+    words = shlex.split(eval_command(config))
+    assert words[:2] == ["rlvr", "eval"]
+    args = build_parser().parse_args(words[1:])
+    assert args.model == str(tmp_path / "run dir" / "final") and args.task == "arithmetic" and args.split == "test"
+    options = dict(pair.split("=", 1) for pair in args.task_option)
+    assert {k: yaml.safe_load(v) for k, v in options.items()} == config.data[0].options
+    assert args.max_new_tokens == config.generation.max_new_tokens and args.limit == config.eval.limit
+    assert args.samples == 8 and args.k == "1,8"
 
 
 @pytest.mark.slow
@@ -19,3 +39,11 @@ def test_quickstart_improves_held_out_accuracy(tmp_path):
     for name in ("config.yaml", "metrics.jsonl", "metrics.png", "final/model.safetensors", "sft/final/model.safetensors"):
         assert (tmp_path / name).is_file(), name
     assert list((tmp_path / "checkpoints").glob("step_*/trainer_state.pt"))
+    # the printed `rlvr eval` line measures the same model on the same problems: greedy, it must
+    # reproduce the in-training evaluation exactly
+    assert summary["eval_command"] in result.stdout
+    words = shlex.split(summary["eval_command"])
+    greedy = subprocess.run([sys.executable, "-m", "rlvr.cli", *words[1:], "--samples", "1", "--k", "1", "--greedy",
+                             "--out", str(tmp_path / "eval")], capture_output=True, text=True, timeout=600)
+    assert greedy.returncode == 0, greedy.stderr[-3000:]
+    assert json.loads((tmp_path / "eval" / "summary.json").read_text())["accuracy"] == summary["accuracy_after"]
