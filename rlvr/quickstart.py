@@ -15,17 +15,13 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
 import yaml
 
 from rlvr.config import RunConfig, SFTConfig, build_config
-
-
-def _packaged_config(name: str) -> dict:
-    return yaml.safe_load(resources.files("rlvr.configs").joinpath(name).read_text())
+from rlvr.configs import load_packaged
 
 
 def eval_command(config: RunConfig, *, samples: int = 8, ks: str = "1,8") -> str:
@@ -62,7 +58,7 @@ def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | Non
 
     print("[2/3] SFT bootstrap until held-out greedy accuracy reaches 0.30")
     sft_config = build_config(
-        SFTConfig, _packaged_config("quickstart_sft.yaml"),
+        SFTConfig, load_packaged("quickstart_sft.yaml"),
         [f"out={run_dir / 'sft'}", f"model.path={run_dir / 'base_model'}", f"train.seed={seed}",
          f"train.device={device}", f"log.progress={progress}"],
         source="quickstart_sft.yaml",
@@ -75,7 +71,7 @@ def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | Non
                      f"train.device={device}", f"log.progress={progress}"]
     if steps is not None:
         run_overrides.append(f"train.steps={steps}")
-    run_config = build_config(RunConfig, _packaged_config("quickstart.yaml"), [*run_overrides, *overrides],
+    run_config = build_config(RunConfig, load_packaged("quickstart.yaml"), [*run_overrides, *overrides],
                               source="quickstart.yaml")
     summary = grpo.train(run_config)
 

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from rlvr.cli import build_parser
+from rlvr.configs import load_packaged
 
 
 def _subcommands(parser):
@@ -39,10 +40,7 @@ def test_help_states_defaults_once_and_never_none():
 
 
 def test_quickstart_help_names_the_packaged_step_count():
-    import yaml
-    from importlib import resources
-
-    steps = yaml.safe_load(resources.files("rlvr.configs").joinpath("quickstart.yaml").read_text())["train"]["steps"]
+    steps = load_packaged("quickstart.yaml")["train"]["steps"]
     quickstart = _subcommands(build_parser())["quickstart"]
     assert f"the packaged config's {steps})" in " ".join(quickstart.format_help().split())
 

@@ -1,11 +1,10 @@
 """Config: presets, overrides, and errors that name the key and the valid choices."""
 
-from importlib import resources
-
 import pytest
 import yaml
 
 from rlvr.config import PRESETS, ConfigError, RunConfig, SFTConfig, build_config, load_config, parse_overrides, save_config
+from rlvr.configs import load_packaged, packaged_names
 
 BASE = {"model": {"path": "some/model"}}
 
@@ -91,9 +90,14 @@ def test_missing_and_malformed_files(tmp_path):
         load_config(RunConfig, bad)
 
 
-@pytest.mark.parametrize("name", [p.name for p in resources.files("rlvr.configs").iterdir() if p.name.endswith(".yaml")])
+@pytest.mark.parametrize("name", packaged_names())
 def test_packaged_example_configs_validate(name):
-    raw = yaml.safe_load(resources.files("rlvr.configs").joinpath(name).read_text())
+    raw = load_packaged(name)
     cls = SFTConfig if "sft" in name else RunConfig
     config = build_config(cls, raw, ["model.path=some/model"], source=name)
     assert config.model.path == "some/model"
+
+
+def test_an_unknown_packaged_config_lists_the_packaged_ones():
+    with pytest.raises(FileNotFoundError, match="quickstart.yaml"):
+        load_packaged("quickstrat.yaml")

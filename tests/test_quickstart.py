@@ -4,18 +4,18 @@ import json
 import shlex
 import subprocess
 import sys
-from importlib import resources
 
 import pytest
 import yaml
 
 from rlvr.cli import build_parser
 from rlvr.config import RunConfig, build_config
+from rlvr.configs import load_packaged
 from rlvr.quickstart import eval_command
 
 
 def test_eval_command_asks_the_questions_the_model_was_trained_on(tmp_path):
-    packaged = yaml.safe_load(resources.files("rlvr.configs").joinpath("quickstart.yaml").read_text())
+    packaged = load_packaged("quickstart.yaml")
     config = build_config(RunConfig, packaged, [f"out={tmp_path / 'run dir'}", "model.path=m"], source="quickstart.yaml")
     words = shlex.split(eval_command(config))
     assert words[:2] == ["rlvr", "eval"]

@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from importlib import resources
 
 from rlvr.commands import HelpFormatter
-
-
-def packaged_steps() -> int:
-    """The GRPO step count of the packaged ``quickstart.yaml`` (what ``--steps`` defaults to)."""
-    import yaml
-
-    return int(yaml.safe_load(resources.files("rlvr.configs").joinpath("quickstart.yaml").read_text())["train"]["steps"])
+from rlvr.configs import load_packaged
 
 
 def add_parser(subparsers) -> None:
@@ -26,7 +19,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--out", default=None, help="run folder (default: runs/quickstart-<timestamp>)")
     p.add_argument("--seed", type=int, default=0, help="seed for the model, data order and sampling")
-    p.add_argument("--steps", type=int, default=None, help=f"GRPO steps (default: the packaged config's {packaged_steps()})")
+    p.add_argument("--steps", type=int, default=None, help=f"GRPO steps (default: the packaged config's {load_packaged('quickstart.yaml')['train']['steps']})")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (for logs)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of the GRPO stage's config, e.g. train.prompts_per_step=16")
