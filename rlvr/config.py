@@ -134,7 +134,7 @@ class TrainConfig(Section):
     seed: int = 0
     device: str = Field("auto", description="cpu, cuda, cuda:N, or auto")
     threads: Union[PositiveInt, Literal["auto"], None] = Field(
-        None, description="torch CPU threads: a number, 'auto' (the cores the load average leaves free), or null = torch's default")
+        None, description="torch CPU threads: a number, 'auto' (the cores other work leaves free, measured at start), or null = torch's default")
 
 
 class EvalConfig(Section):
@@ -213,7 +213,7 @@ class SFTTrainConfig(Section):
     seed: int = 0
     device: str = "auto"
     threads: Union[PositiveInt, Literal["auto"], None] = Field(
-        None, description="torch CPU threads: a number, 'auto' (the cores the load average leaves free), or null = torch's default")
+        None, description="torch CPU threads: a number, 'auto' (the cores other work leaves free, measured at start), or null = torch's default")
 
 
 class SFTEvalConfig(Section):

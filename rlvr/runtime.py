@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import time
 from typing import Any
 
 import torch
@@ -23,21 +24,57 @@ def resolve_device(name: str) -> torch.device:
 _auto_threads: int | None = None
 
 
+def busy_cores(window_s: float) -> float | None:
+    """How many cores other work kept busy over the next ``window_s`` seconds (this process sleeps
+    meanwhile), from the kernel's CPU time counters in ``/proc/stat``; None where there are none.
+
+    Time stolen by the hypervisor counts as busy: on a shared VM it is a neighbour using the core.
+    """
+
+    def counters() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+        return fields[3] + fields[4], sum(fields)
+
+    try:
+        idle_before, total_before = counters()
+        time.sleep(window_s)
+        idle_after, total_after = counters()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total_after <= total_before:
+        return None
+    idle_share = (idle_after - idle_before) / (total_after - total_before)
+    return (os.cpu_count() or 1) * min(1.0, max(0.0, 1.0 - idle_share))
+
+
 def auto_threads() -> int:
-    """Threads for the cores nobody else is using, decided once per process from the 1-minute load
-    average: ``round(cores - load)``, at least 1.
+    """Threads for the cores nobody else is using, decided once per process.
 
     Measured on the 2-core machines (quickstart step): a second thread makes a step 1.5x faster
     when the machine is idle, but 5x *slower* when another process keeps a core busy, because
-    every parallel op waits for the thread that shares a core. Deciding at start, before this
-    process adds its own load, keeps the choice stable for the whole run.
+    every parallel op waits for the thread that shares a core. So a core counts as taken when other
+    work keeps it more than 40% busy.
+
+    "Busy" is measured now, over half a second of CPU counters, not read from the 1-minute load
+    average alone: that average still remembers work that has ended (right after ``pip install``
+    it reads ~0.8 on an idle machine, which cost the README's quickstart its second thread). When
+    the two disagree, a further 2-second look decides, and the busier reading wins, so work that
+    pauses for a moment still counts. Without ``/proc/stat`` the load average decides. Deciding at
+    start, before this process adds its own load, keeps the choice stable for the whole run.
     """
     global _auto_threads
     if _auto_threads is None:
         cores = os.cpu_count() or 1
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-        _auto_threads = max(1, min(cores, round(cores - load)))
-        print(f"threads: auto -> {_auto_threads} (load average {load:.2f} on {cores} cores)")
+        busy = busy_cores(0.5)
+        if busy is not None and load - busy > 0.5:
+            again = busy_cores(2.0)
+            busy = max(busy, again) if again is not None else None
+        other = load if busy is None else busy
+        _auto_threads = max(1, min(cores, cores - math.ceil(other - 0.4)))
+        print(f"threads: auto -> {_auto_threads} ({other:.2f} of {cores} cores busy with other work; "
+              f"load average {load:.2f})")
     return _auto_threads
 
 

@@ -1,7 +1,11 @@
 """Runtime helpers: the LR schedule by hand, thread choice, RNG round trip."""
 
 import math
+import os
 import random
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -19,14 +23,37 @@ def test_lr_schedule_by_hand():
         f(5, "step")
 
 
-@pytest.mark.parametrize("load, expected", [(0.1, 2), (0.7, 1), (1.2, 1), (6.0, 1)])
-def test_auto_threads_leaves_busy_cores_alone(monkeypatch, load, expected):
+@pytest.mark.parametrize("load, busy, confirm, expected", [
+    (0.1, 0.05, None, 2),   # idle
+    (0.7, 0.75, None, 1),   # another process on one core
+    (1.2, 1.1, None, 1),
+    (6.0, 2.0, None, 1),    # everything busy: still one thread
+    (0.8, 0.02, 0.03, 2),   # right after pip install: the load average remembers work that has ended
+    (0.9, 0.05, 1.0, 1),    # a pausing neighbour: the longer look sees it, the busier reading wins
+    (0.7, None, None, 1),   # no /proc/stat: the load average decides
+    (0.1, None, None, 2),
+])
+def test_auto_threads_leaves_busy_cores_alone(monkeypatch, load, busy, confirm, expected):
+    readings = iter([busy, confirm])
     monkeypatch.setattr(runtime, "_auto_threads", None)
     monkeypatch.setattr(runtime.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(runtime.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(runtime, "busy_cores", lambda window_s: next(readings))
     assert runtime.auto_threads() == expected
     monkeypatch.setattr(runtime.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert runtime.auto_threads() == expected  # decided once per process
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs /proc/stat")
+def test_busy_cores_sees_a_process_spinning_on_a_core():
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 20\nwhile time.time() < end: pass"])
+    try:
+        time.sleep(0.3)  # let it start
+        busy = runtime.busy_cores(0.5)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert busy is not None and 0.6 <= busy <= os.cpu_count()
 
 
 def test_rng_state_round_trip():
