@@ -30,12 +30,11 @@ canonical solution, MBPP's ``code``.
 from __future__ import annotations
 
 import ast
-import warnings
 
 from tasks.base import Problem
 from tasks.loading import DataError, LoadedSuite, Record, fenced, read_records, resolve_source
 from tasks.registry import register_task
-from verifiers.code import humaneval_test
+from verifiers.code import humaneval_test, parse_python
 
 HUMANEVAL_INSTRUCTION = ("Complete the following Python function. Reply with the whole function, including the "
                          "imports it needs, in a single ```python code block.")
@@ -45,25 +44,16 @@ MBPP_INSTRUCTION = "Write the Python code in a single ```python code block."
 MBPP_SPLITS = {"test": (11, 510), "train": (601, 974), "validation": (511, 600), "prompt": (1, 10)}
 
 
-def _parse(source: str) -> ast.Module | None:
-    with warnings.catch_warnings():  # dataset strings like "\d" warn when parsed
-        warnings.simplefilter("ignore")
-        try:
-            return ast.parse(source)
-        except (SyntaxError, ValueError):
-            return None
-
-
 def import_lines(source: str) -> str:
     """The top-level ``import`` / ``from ... import`` statements of ``source``, one per line.
 
     ``source`` may be a function header without a body (a HumanEval prompt), so it is cut before
     its first ``def``/``class`` line if it does not parse whole."""
-    tree = _parse(source)
+    tree = parse_python(source)
     if tree is None:
         lines = source.splitlines()
         head = next((i for i, line in enumerate(lines) if line.startswith(("def ", "class ", "async def "))), len(lines))
-        tree = _parse("\n".join(lines[:head])) or ast.Module(body=[], type_ignores=[])
+        tree = parse_python("\n".join(lines[:head])) or ast.Module(body=[], type_ignores=[])
     return "\n".join(ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom)))
 
 
@@ -120,7 +110,7 @@ class HumanEval(_CodeSuite):
             raise DataError(record.where, "entry_point", f"{entry!r} is not a function defined in the prompt")
         if "def check(" not in test:
             raise DataError(record.where, "test", "does not define check(candidate)")
-        if _parse(test) is None:
+        if parse_python(test) is None:
             raise DataError(record.where, "test", "is not valid Python")
         reference = {"tests": [humaneval_test(header, test.strip(), entry)], "entry_point": entry}
         setup = import_lines(header)
@@ -172,7 +162,7 @@ class MBPP(_CodeSuite):
         text = record.get(("text", "prompt"))
         tests = record.get(("test_list", "test"), kind=list)
         for i, test in enumerate(tests):
-            if not isinstance(test, str) or _parse(test) is None:
+            if not isinstance(test, str) or parse_python(test) is None:
                 raise DataError(record.where, "test_list", f"test {i} is not a Python statement: {str(test)[:60]!r}")
         shown = tests[: self.prompt_tests]
         if self.challenge_tests:

@@ -9,7 +9,6 @@ function under test redefined to raise fails every task.
 from __future__ import annotations
 
 import ast
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from tasks import get_task
 from tasks.code_suites import MBPP_SPLITS, import_lines
 from verifiers import list_verifiers
+from verifiers.code import parse_python
 
 MBPP_SIZES = {"test": 500, "train": 374, "validation": 90, "prompt": 10}
 # Reference programs too slow for the code verifier's default budget (8 s per item, shared by the
@@ -140,11 +140,9 @@ def _broken(problem) -> str:
     """The reference program with every function the tests call redefined to raise (returning None
     is not wrong everywhere: MBPP 546 expects None for a missing character)."""
     code = problem.solution.removeprefix("```python\n").removesuffix("\n```")
-    with warnings.catch_warnings():  # the data's strings hold escapes like "\w" that warn when parsed
-        warnings.simplefilter("ignore")
-        defined = {n.name for n in ast.parse(code).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-        called = {n.func.id for t in problem.reference["tests"] for n in ast.walk(ast.parse(t))
-                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    defined = {n.name for n in parse_python(code).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    called = {n.func.id for t in problem.reference["tests"] for n in ast.walk(parse_python(t))
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     stubs = "".join(f"\n\ndef {name}(*args, **kwargs):\n    raise ValueError('broken')" for name in sorted(called & defined))
     return f"```python\n{code}{stubs}\n```"
 

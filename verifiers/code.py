@@ -121,13 +121,13 @@ def names_to_keep(program: str, tests: list[str], entry_point: str | None) -> li
     the solution defines (then the shadowing name must be the function under test).
     """
     keep = {entry_point} if entry_point else set()
-    tree = _parse(program)
+    tree = parse_python(program)
     if tree is None:
         return sorted(keep)
     defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     called: set[str] = set()
     for test in tests:
-        test_tree = _parse(test)
+        test_tree = parse_python(test)
         if test_tree is not None:
             called |= {n.func.id for n in ast.walk(test_tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     under_test = called & defined
@@ -150,8 +150,10 @@ def humaneval_test(prompt: str, test: str, entry_point: str) -> str:
             f"{test}\ncheck(_candidate)\n")
 
 
-def _parse(source: str) -> ast.Module | None:
-    with warnings.catch_warnings():  # datasets hold strings like "\w" that warn when parsed
+def parse_python(source: str) -> ast.Module | None:
+    """``ast.parse(source)``, or None when it is not valid Python; silent about the escape-sequence
+    warnings that dataset strings such as ``"\\w"`` raise."""
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             return ast.parse(source)
