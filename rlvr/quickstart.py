@@ -22,22 +22,25 @@ import yaml
 
 from rlvr.config import RunConfig, SFTConfig, build_config
 from rlvr.configs import load_packaged
+from rlvr.suites import eval_entries
 
 
 def eval_command(config: RunConfig, *, samples: int = 8, ks: str = "1,8") -> str:
-    """The ``rlvr eval`` line that measures a run's final model on the problems its evaluation used.
+    """The ``rlvr eval`` line that measures a run's final model on the first suite its evaluation used.
 
     The suite's options (the quickstart's bare ``7+345=`` prompts) and the generation budget must be
     the ones the model was trained with; a plain ``--task arithmetic`` would ask it chat-formatted
     questions it has never seen, and score 0.
     """
-    suite = config.data[0]
-    words = ["rlvr", "eval", "--model", str(Path(config.out) / "final"), "--task", suite.task, "--split", "test"]
+    suite = eval_entries(config)[0]
+    words = ["rlvr", "eval", "--model", str(Path(config.out) / "final"), "--task", suite.task, "--split", suite.split]
+    if suite.path is not None:
+        words += ["--path", suite.path]
     for key, value in suite.options.items():
         text = value if isinstance(value, str) and yaml.safe_load(value) == value else json.dumps(value)
         words += ["--task-option", f"{key}={text}"]
-    words += ["--limit", str(config.eval.limit), "--max-new-tokens", str(config.generation.max_new_tokens),
-              "--samples", str(samples), "--k", ks]
+    max_new_tokens = config.eval.max_new_tokens or config.generation.max_new_tokens  # as the run's evaluation
+    words += ["--limit", str(suite.limit), "--max-new-tokens", str(max_new_tokens), "--samples", str(samples), "--k", ks]
     return shlex.join(words)
 
 

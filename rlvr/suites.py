@@ -52,15 +52,20 @@ def load_training_suites(data) -> tuple[dict[str, list[Problem]], dict[str, floa
     return suites, weights
 
 
+def eval_entries(config) -> list:
+    """The held-out suites of a run config, limits resolved: ``eval.tasks``, or else the first
+    training suite's ``test`` split; each holds at most ``eval.limit`` problems."""
+    entries = config.eval.tasks or [config.data[0].model_copy(update={"split": "test", "limit": None})]
+    return [e.model_copy(update={"limit": min(e.limit or config.eval.limit, config.eval.limit)}) for e in entries]
+
+
 def load_eval_suites(config) -> dict[str, list[Problem]]:
-    """Held-out suites of a run config: ``eval.tasks``, or else the first training suite's ``test`` split."""
+    """``{name: problems}`` of :func:`eval_entries`; empty when the run never evaluates."""
     if not (config.eval.at_start or config.eval.at_end or config.eval.every):
         return {}
-    entries = config.eval.tasks or [config.data[0].model_copy(update={"split": "test", "limit": None})]
     suites: dict[str, list[Problem]] = {}
-    for entry in entries:
-        limit = min(entry.limit or config.eval.limit, config.eval.limit)
+    for entry in eval_entries(config):
         suites[suite_name(entry.task, list(suites))] = load_suite(
-            entry.task, path=entry.path, split=entry.split, options=entry.options, limit=limit
+            entry.task, path=entry.path, split=entry.split, options=entry.options, limit=entry.limit
         )
     return suites

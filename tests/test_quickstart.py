@@ -27,6 +27,16 @@ def test_eval_command_asks_the_questions_the_model_was_trained_on(tmp_path):
     assert args.samples == 8 and args.k == "1,8"
 
 
+
+def test_eval_command_follows_the_runs_own_held_out_suites(tmp_path):
+    config = build_config(RunConfig, load_packaged("quickstart.yaml"),
+                          [f"out={tmp_path}", "model.path=m", "eval.tasks=[{task: countdown, split: test, limit: 900}]",
+                           "eval.max_new_tokens=7"], source="quickstart.yaml")
+    args = build_parser().parse_args(shlex.split(eval_command(config))[1:])
+    assert (args.task, args.split, args.task_option) == ("countdown", "test", [])
+    assert args.limit == config.eval.limit and args.max_new_tokens == 7  # eval.limit caps every suite
+
+
 @pytest.mark.slow
 def test_quickstart_improves_held_out_accuracy(tmp_path):
     result = subprocess.run([sys.executable, "-m", "rlvr.cli", "quickstart", "--out", str(tmp_path), "--no-progress"],
