@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sandbox import Limits, SandboxPool, capabilities  # noqa: E402
+from rlvr.sandbox import Limits, SandboxPool, capabilities  # noqa: E402
 
 PROGRAM = "print(sum(i * i for i in range(1000)))"
 SOLUTION = "def square_sum(n):\n    return sum(i * i for i in range(n))\n"

@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from verifiers import get_verifier  # noqa: E402
-from verifiers.runner import VerifierRunner  # noqa: E402
+from rlvr.verifiers import get_verifier  # noqa: E402
+from rlvr.verifiers.runner import VerifierRunner  # noqa: E402
 
 HANG_S = 10.0
 
@@ -95,7 +95,7 @@ def accuracy_table(cases: list[dict], results: dict[str, list]) -> dict:
 
 
 def hostile_probes() -> list[str]:
-    from verifiers.golden import safety_probes
+    from rlvr.verifiers.golden import safety_probes
 
     return [p["completion"] for p in safety_probes() if p["category"] != "reference"] + [
         "The answer is " + "1e|" * 1000, r"\boxed{" + r"1 \pm " * 200 + "1}", r"\boxed{9^{9^{9^{9}}}}"]

@@ -19,7 +19,7 @@ COMMAND_MODULES = [
     "rlvr.commands.sft",
     "rlvr.commands.eval",
     "rlvr.commands.tasks",
-    "verifiers.cli",
+    "rlvr.verifiers.cli",
 ]
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from rlvr.engines.base import Engine, SamplingParams
-from tasks.base import Problem
-from verifiers.runner import VerifierRunner
+from rlvr.tasks.base import Problem
+from rlvr.verifiers.runner import VerifierRunner
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -32,8 +32,8 @@ from rlvr.rollout import Batch, ProblemSampler, collate, collect_groups, sample_
 from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads, set_rng_state
 from rlvr.suites import PromptEncoder, load_eval_suites, load_training_suites
 from rlvr.tracking import Alarms, Tracker, plot_metrics
-from verifiers.registry import verifier_factory
-from verifiers.runner import VerifierRunner
+from rlvr.verifiers.registry import verifier_factory
+from rlvr.verifiers.runner import VerifierRunner
 
 
 def train(config: RunConfig, *, resume: bool = False) -> dict[str, Any]:

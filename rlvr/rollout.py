@@ -22,9 +22,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from rlvr.engines.base import Completion, Engine, SamplingParams
-from tasks.base import Problem
-from verifiers.base import Reward
-from verifiers.runner import VerifierRunner
+from rlvr.tasks.base import Problem
+from rlvr.verifiers.base import Reward
+from rlvr.verifiers.runner import VerifierRunner
 
 
 # ---------------------------------------------------------------------------------------------

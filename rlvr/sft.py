@@ -25,8 +25,8 @@ from rlvr.models import load_policy, load_tokenizer, save_final_model
 from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads
 from rlvr.suites import PromptEncoder, load_suite
 from rlvr.tracking import Tracker, plot_metrics
-from tasks.base import Problem
-from verifiers.runner import VerifierRunner
+from rlvr.tasks.base import Problem
+from rlvr.verifiers.runner import VerifierRunner
 
 
 def load_sft_examples(data) -> list[tuple[Messages, str]]:

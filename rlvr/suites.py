@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from rlvr.chat import encode_prompts
-from tasks import get_task
-from tasks.base import Problem
+from rlvr.tasks import get_task
+from rlvr.tasks.base import Problem
 
 
 class PromptEncoder:

@@ -4,7 +4,7 @@ Secure by default and fast: each slot keeps a warm Python (a zygote) inside bubb
 run is a fork of it in fresh pid/mount/ipc namespaces, in its own memory+pids cgroup, as an
 unprivileged uid, under rlimits, Landlock, seccomp and an audit hook. See docs/sandbox.md.
 
-    from sandbox import execute, run_tests, Limits
+    from rlvr.sandbox import execute, run_tests, Limits
     execute("print(sum(map(int, input().split())))", stdin="2 3").stdout        # '5\\n'
     report = run_tests("def add(a, b): return a + b", ["assert add(1, 2) == 3"])
     report.passed, report.total, report.per_test[0].status                     # 1, 1, 'passed'
@@ -20,9 +20,9 @@ import os
 import threading
 from typing import Sequence
 
-from sandbox.detect import capabilities
-from sandbox.limits import ExecResult, Limits, TestOutcome, TestReport
-from sandbox.pool import IsolationError, SandboxPool
+from rlvr.sandbox.detect import capabilities
+from rlvr.sandbox.limits import ExecResult, Limits, TestOutcome, TestReport
+from rlvr.sandbox.pool import IsolationError, SandboxPool
 
 __all__ = [
     "ExecResult", "IsolationError", "Limits", "SandboxPool", "TestOutcome", "TestReport",

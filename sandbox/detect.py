@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 
-from sandbox import cgroups, launch
+from rlvr.sandbox import cgroups, launch
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
 
@@ -59,7 +59,7 @@ def _seccomp_available() -> bool:
 
 def _landlock_abi() -> int:
     try:
-        from sandbox import guard
+        from rlvr.sandbox import guard
 
         return guard.landlock_abi()
     except (OSError, AttributeError, ImportError):

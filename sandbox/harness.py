@@ -35,7 +35,7 @@ import threading
 import time
 import types
 
-from sandbox import pyguard
+from . import pyguard  # relative: the same source runs as rlvr.sandbox.* here and as sandbox.* inside (see launch.py)
 
 RESULT_FD = 3
 DETAIL_CHARS = 600  # keeps every record far below PIPE_BUF (4096 bytes)

@@ -35,6 +35,7 @@ sys.modules["sandbox"] = pkg
 for name, source in json.loads(sys.argv[1]).items():
     mod = types.ModuleType("sandbox." + name)
     mod.__file__ = "<sandbox/" + name + ".py>"
+    mod.__package__ = "sandbox"
     sys.modules[mod.__name__] = mod
     setattr(pkg, name, mod)
     exec(compile(source, mod.__file__, "exec"), mod.__dict__)

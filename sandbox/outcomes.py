@@ -19,7 +19,7 @@ import os
 import signal
 from dataclasses import dataclass, field
 
-from sandbox.limits import ExecResult, TestOutcome, TestReport
+from rlvr.sandbox.limits import ExecResult, TestOutcome, TestReport
 
 
 @dataclass

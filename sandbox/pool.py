@@ -26,10 +26,10 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Sequence
 
-from sandbox import detect as _caps
-from sandbox import cgroups, outcomes
-from sandbox.limits import ExecResult, Limits, TestReport
-from sandbox.slot import SandboxStartError, Slot
+from rlvr.sandbox import detect as _caps
+from rlvr.sandbox import cgroups, outcomes
+from rlvr.sandbox.limits import ExecResult, Limits, TestReport
+from rlvr.sandbox.slot import SandboxStartError, Slot
 
 log = logging.getLogger("sandbox")
 

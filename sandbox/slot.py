@@ -39,11 +39,11 @@ import threading
 import time
 from concurrent.futures import Future
 
-from sandbox import launch
-from sandbox.detect import zygote_config
-from sandbox.cgroups import SlotCgroup
-from sandbox.limits import Limits
-from sandbox.outcomes import RawRun
+from rlvr.sandbox import launch
+from rlvr.sandbox.detect import zygote_config
+from rlvr.sandbox.cgroups import SlotCgroup
+from rlvr.sandbox.limits import Limits
+from rlvr.sandbox.outcomes import RawRun
 
 START_TIMEOUT_S = 30.0  # bwrap + interpreter + preimports; generous for a loaded 2-core machine
 GRACE_S = 3.0  # beyond the run's own budget before the host declares the sandbox stuck

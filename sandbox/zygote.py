@@ -40,7 +40,7 @@ import tempfile
 import time
 import traceback
 
-from sandbox import guard, harness, pyguard
+from . import guard, harness, pyguard  # relative: see harness.py
 
 # Modules a typical solution or test imports: loading them once here makes them free per run.
 PREIMPORTS = (

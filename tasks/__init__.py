@@ -1,19 +1,19 @@
 """Task suites: load problems, format prompts as chat messages, name their default verifier.
 
-    from tasks import get_task
+    from rlvr.tasks import get_task
     for problem in get_task("arithmetic", split="test", n=3):
         print(problem.prompt, problem.reference, problem.verifier)
 """
 
-from tasks.base import Problem, TaskSuite
-from tasks.registry import get_task, list_tasks, register_task
+from rlvr.tasks.base import Problem, TaskSuite
+from rlvr.tasks.registry import get_task, list_tasks, register_task
 
 # Built-in suites register themselves on import.
-from tasks import arithmetic as _arithmetic  # noqa: E402,F401
-from tasks import countdown as _countdown  # noqa: E402,F401
-from tasks import math_suites as _math_suites  # noqa: E402,F401
-from tasks import code_suites as _code_suites  # noqa: E402,F401
-from tasks import custom as _custom  # noqa: E402,F401
-from tasks import reasoning_gym as _reasoning_gym  # noqa: E402,F401
+from rlvr.tasks import arithmetic as _arithmetic  # noqa: E402,F401
+from rlvr.tasks import countdown as _countdown  # noqa: E402,F401
+from rlvr.tasks import math_suites as _math_suites  # noqa: E402,F401
+from rlvr.tasks import code_suites as _code_suites  # noqa: E402,F401
+from rlvr.tasks import custom as _custom  # noqa: E402,F401
+from rlvr.tasks import reasoning_gym as _reasoning_gym  # noqa: E402,F401
 
 __all__ = ["Problem", "TaskSuite", "get_task", "list_tasks", "register_task"]

@@ -15,8 +15,8 @@ import hashlib
 import operator
 import random
 
-from tasks.base import Problem, ProblemList
-from tasks.registry import register_task
+from rlvr.tasks.base import Problem, ProblemList
+from rlvr.tasks.registry import register_task
 
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}  # percent of hash space

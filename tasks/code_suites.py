@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import ast
 
-from tasks.base import Problem
-from tasks.loading import DataError, LoadedSuite, Record, fenced, read_records, resolve_source
-from tasks.registry import register_task
-from verifiers.code import humaneval_test, parse_python
+from rlvr.tasks.base import Problem
+from rlvr.tasks.loading import DataError, LoadedSuite, Record, fenced, read_records, resolve_source
+from rlvr.tasks.registry import register_task
+from rlvr.verifiers.code import humaneval_test, parse_python
 
 HUMANEVAL_INSTRUCTION = ("Complete the following Python function. Reply with the whole function, including the "
                          "imports it needs, in a single ```python code block.")

@@ -27,10 +27,10 @@ import random
 from fractions import Fraction
 from typing import Iterable
 
-from tasks._countdown_cd3 import CD3_TEST_NUMBER_SETS
-from tasks.base import Problem
-from tasks.loading import DataError, LoadedSuite, Record, read_records, resolve_source
-from tasks.registry import register_task
+from rlvr.tasks._countdown_cd3 import CD3_TEST_NUMBER_SETS
+from rlvr.tasks.base import Problem
+from rlvr.tasks.loading import DataError, LoadedSuite, Record, read_records, resolve_source
+from rlvr.tasks.registry import register_task
 
 INSTRUCTION = ("Show your reasoning, then give only the final expression inside <answer></answer> tags, "
                "for example <answer>(1 + 2) * 3</answer>.")

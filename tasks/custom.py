@@ -31,9 +31,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tasks.base import Problem
-from tasks.loading import DataError, LoadedSuite, Record, format_number, looks_like_hub_name, read_records
-from tasks.registry import register_task
+from rlvr.tasks.base import Problem
+from rlvr.tasks.loading import DataError, LoadedSuite, Record, format_number, looks_like_hub_name, read_records
+from rlvr.tasks.registry import register_task
 
 DEFAULT_INSTRUCTIONS = {
     "math": "Think step by step, then write the final answer inside \\boxed{}.",
@@ -83,7 +83,7 @@ class Custom(LoadedSuite):
         if answer_field and tests_field:
             raise ValueError("custom: give answer_field or tests_field, not both")
         verifier = verifier or ("code" if tests_field else "math")
-        from verifiers import list_verifiers  # names only: the verifier itself runs in the trainer
+        from rlvr.verifiers import list_verifiers  # names only: the verifier itself runs in the trainer
 
         if verifier not in list_verifiers():
             raise ValueError(f"custom: unknown verifier {verifier!r}; registered verifiers: {', '.join(list_verifiers())}")

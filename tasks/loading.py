@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from tasks.base import Problem, ProblemList
+from rlvr.tasks.base import Problem, ProblemList
 
 DATA_DIR_ENV = "RLVR_DATA_DIR"
 ON_ERROR = ("raise", "skip")

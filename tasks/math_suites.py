@@ -35,10 +35,10 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from tasks._math500 import MATH500_KEYS
-from tasks.base import Problem
-from tasks.loading import DataError, LoadedSuite, Record, read_records, resolve_source
-from tasks.registry import register_task
+from rlvr.tasks._math500 import MATH500_KEYS
+from rlvr.tasks.base import Problem
+from rlvr.tasks.loading import DataError, LoadedSuite, Record, read_records, resolve_source
+from rlvr.tasks.registry import register_task
 
 BOXED_INSTRUCTION = "Think step by step, then write the final answer inside \\boxed{}."
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox|framebox)\s*\{")

@@ -26,10 +26,10 @@ import json
 import time
 from typing import Any
 
-from tasks.base import Problem
-from tasks.loading import LoadedSuite
-from tasks.registry import register_task
-from verifiers.reasoning_gym import reasoning_gym_library
+from rlvr.tasks.base import Problem
+from rlvr.tasks.loading import LoadedSuite
+from rlvr.tasks.registry import register_task
+from rlvr.verifiers.reasoning_gym import reasoning_gym_library
 
 INSTALL_HINT = "the reasoning_gym suite needs the reasoning-gym library: pip install reasoning-gym"
 _SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}  # percent of hash space

@@ -15,7 +15,7 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any, Callable
 
-from verifiers.registry import keyword_options
+from rlvr.verifiers.registry import keyword_options
 
 ENTRY_POINT_GROUP = "rlvr.tasks"
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import capabilities
-from verifiers import Reward, get_verifier, list_verifiers
-from verifiers.code import CodeVerifier, code_blocks, extract_program, humaneval_test, names_to_keep, same_output
+from rlvr.sandbox import capabilities
+from rlvr.verifiers import Reward, get_verifier, list_verifiers
+from rlvr.verifiers.code import CodeVerifier, code_blocks, extract_program, humaneval_test, names_to_keep, same_output
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 HUMANEVAL = DATA / "humaneval" / "HumanEval.jsonl.gz"
@@ -278,7 +278,7 @@ def test_mbpp_reference_solutions_pass(verifier):
 
 
 def test_through_the_verifier_runner_workers():
-    from verifiers.runner import VerifierRunner
+    from rlvr.verifiers.runner import VerifierRunner
 
     with VerifierRunner(workers=1, timeout_s=60) as runner:
         rewards = runner.score_batch("code", [fenced("def f():\n    return 1"), fenced("def f():\n    return 2")],
@@ -287,7 +287,7 @@ def test_through_the_verifier_runner_workers():
     assert [(r.status, r.score) for r in rewards] == [("ok", 1.0), ("ok", 0.0)]
     # The worker was stopped without running its atexit: its sandboxes died with it (bwrap
     # --die-with-parent) and the next pool removes its empty cgroup tree.
-    from sandbox import cgroups
+    from rlvr.sandbox import cgroups
 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -301,7 +301,7 @@ def test_through_the_verifier_runner_workers():
 
 
 def test_audit_golden_cases_and_hacks():
-    from verifiers.audit import audit
+    from rlvr.verifiers.audit import audit
 
     report = audit("code", {"timeout_s": 0.5, "total_timeout_s": 2.0, "allow_weak_isolation": not STRONG}, timeout_s=30)
     bad = [(r.id, r.category, r.score, r.status, r.verdict) for r in report.rows

@@ -9,10 +9,10 @@ from fractions import Fraction
 
 import pytest
 
-from tasks import get_task
-from tasks.countdown import Countdown, random_tree, reachable, solve, split_of
-from verifiers import get_verifier, list_verifiers
-from verifiers.countdown import MAX_DEPTH, MAX_EXPRESSION_CHARS, CountdownVerifier, evaluate, extract_expression
+from rlvr.tasks import get_task
+from rlvr.tasks.countdown import Countdown, random_tree, reachable, solve, split_of
+from rlvr.verifiers import get_verifier, list_verifiers
+from rlvr.verifiers.countdown import MAX_DEPTH, MAX_EXPRESSION_CHARS, CountdownVerifier, evaluate, extract_expression
 
 REF = {"numbers": [30, 100, 93], "target": 23}
 
@@ -69,7 +69,7 @@ def test_parser_values(text, value, used):
     ("abs(3)", "unexpected character"), ("1e9", "unexpected character"), ("0x10", "unexpected character"),
 ])
 def test_parser_rejects(text, reason):
-    from verifiers.countdown import ExpressionError
+    from rlvr.verifiers.countdown import ExpressionError
 
     with pytest.raises(ExpressionError, match=reason):
         evaluate(text)
@@ -249,7 +249,7 @@ def test_file_problems_gold_one_corrupted_zero(data_dir, verifier):
 
 
 def test_audit_passes():
-    from verifiers.audit import audit
+    from rlvr.verifiers.audit import audit
 
     report = audit("countdown")
     assert report.ok, [(r.id, r.verdict) for r in report.rows if r.verdict not in ("ok", "caught", "caught (error)")]

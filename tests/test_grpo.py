@@ -14,7 +14,7 @@ import yaml
 from rlvr import grpo
 from rlvr.config import RunConfig, build_config
 from rlvr.tracking import read_metrics
-from verifiers import Reward, register_verifier
+from rlvr.verifiers import Reward, register_verifier
 
 
 def _config(model, out, *overrides):

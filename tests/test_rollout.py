@@ -4,9 +4,9 @@ import torch
 
 from rlvr.engines.base import Completion, SamplingParams
 from rlvr.rollout import Group, ProblemSampler, collate, collect_groups, overlong_soft_penalty, sample_tensors
-from tasks.base import Problem
-from verifiers import Reward, register_verifier
-from verifiers.runner import VerifierRunner
+from rlvr.tasks.base import Problem
+from rlvr.verifiers import Reward, register_verifier
+from rlvr.verifiers.runner import VerifierRunner
 
 
 @register_verifier("test_status_from_text")

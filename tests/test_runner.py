@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from verifiers import Reward, Verifier, register_verifier
-from verifiers.runner import VerifierRunner
+from rlvr.verifiers import Reward, Verifier, register_verifier
+from rlvr.verifiers.runner import VerifierRunner
 
 CALLS = {"n": 0}
 
@@ -62,7 +62,7 @@ def worker_pids() -> set[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and b"verifiers._worker" in cmdline and not stat.rsplit(")", 1)[1].split()[0] == "Z":
+        if ppid == os.getpid() and b"rlvr.verifiers._worker" in cmdline and not stat.rsplit(")", 1)[1].split()[0] == "Z":
             pids.add(int(entry.name))
     return pids
 
@@ -164,7 +164,7 @@ def test_metrics_names(runner):
 
 
 def test_unportable_verifier_is_scored_in_process_with_a_warning(caplog):
-    with VerifierRunner(workers=1) as r, caplog.at_level(logging.WARNING, logger="verifiers.runner"):
+    with VerifierRunner(workers=1) as r, caplog.at_level(logging.WARNING, logger="rlvr.verifiers.runner"):
         rewards = r.score_batch("test_unpicklable", ["a", "b"], [{"answer": "a"}] * 2)
         assert [x.score for x in rewards] == [1.0, 0.0]
         assert rewards[0].info["pid"] == os.getpid()
@@ -176,7 +176,7 @@ def test_main_module_verifier_is_scored_in_process(caplog, monkeypatch):
     Local = type("MainLike", (Behaviour,), {"__module__": "__main__"})
     monkeypatch.setattr(sys.modules["__main__"], "MainLike", Local, raising=False)
     register_verifier("test_main_local", overwrite=True)(Local)
-    with VerifierRunner(workers=1) as r, caplog.at_level(logging.WARNING, logger="verifiers.runner"):
+    with VerifierRunner(workers=1) as r, caplog.at_level(logging.WARNING, logger="rlvr.verifiers.runner"):
         assert r.score_batch("test_main_local", ["a"], [{"answer": "a"}])[0].info["pid"] == os.getpid()
         assert "__main__" in caplog.text
 
@@ -239,7 +239,7 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path):
 
 
 def test_workers_that_cannot_start_give_errors_not_a_hang(monkeypatch):
-    from verifiers import pool
+    from rlvr.verifiers import pool
 
     monkeypatch.setattr(pool, "WORKER_COMMAND", [sys.executable, "-c", "import sys; sys.exit(3)"])
     with VerifierRunner(workers=2, timeout_s=2) as r:

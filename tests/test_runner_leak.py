@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from verifiers import Reward, Verifier, register_verifier
-from verifiers.runner import VerifierRunner
+from rlvr.verifiers import Reward, Verifier, register_verifier
+from rlvr.verifiers.runner import VerifierRunner
 
 
 @register_verifier("test_leak")
@@ -42,7 +42,7 @@ def worker_count() -> int:
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            n += fields[1] == me and fields[0] != "Z" and b"verifiers._worker" in cmdline
+            n += fields[1] == me and fields[0] != "Z" and b"rlvr.verifiers._worker" in cmdline
     return n
 
 

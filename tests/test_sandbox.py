@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import sandbox
-from sandbox import ExecResult, IsolationError, Limits, SandboxPool, TestReport, capabilities
+from rlvr import sandbox
+from rlvr.sandbox import ExecResult, IsolationError, Limits, SandboxPool, TestReport, capabilities
 
 STRONG = capabilities()["isolation"] == "strong"
 FAST = Limits(timeout_s=2.0)
@@ -358,9 +358,9 @@ def test_sandbox_imports_only_the_standard_library():
     import subprocess
 
     code = (
-        "import sys; before = set(sys.modules); import sandbox; "
+        "import sys; before = set(sys.modules); import rlvr.sandbox; "
         "mods = [m for m in set(sys.modules) - before "
-        "if m.split('.')[0] not in sys.stdlib_module_names and m.split('.')[0] != 'sandbox']; "
+        "if m.split('.')[0] not in sys.stdlib_module_names and m != 'rlvr' and not m.startswith('rlvr.sandbox')]; "
         "print(sorted(mods))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -401,7 +401,7 @@ def test_weak_layer_combinations_still_run_and_end_whole_trees(layers):
 
 
 def test_pool_removes_its_cgroups_and_stale_ones():
-    from sandbox import cgroups
+    from rlvr.sandbox import cgroups
 
     controllers = cgroups.locate()
     if not controllers:
@@ -424,7 +424,7 @@ def test_a_virtual_environment_is_not_mounted(tmp_path, monkeypatch):
     so exposed the project path; the start-up self-check then failed and isolation fell to weak."""
     import sys as _sys
 
-    from sandbox import launch
+    from rlvr.sandbox import launch
 
     venv = tmp_path / "project" / ".venv"
     (venv / "bin").mkdir(parents=True)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import Limits, SandboxPool, capabilities
-from sandbox.slot import UID_BASE, UID_SPAN
+from rlvr.sandbox import Limits, SandboxPool, capabilities
+from rlvr.sandbox.slot import UID_BASE, UID_SPAN
 
 CAPS = capabilities()
 pytestmark = [

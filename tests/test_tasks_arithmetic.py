@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tasks import get_task
-from tasks.arithmetic import split_of
-from verifiers import get_verifier
+from rlvr.tasks import get_task
+from rlvr.tasks.arithmetic import split_of
+from rlvr.verifiers import get_verifier
 
 
 @pytest.mark.parametrize("options", [{}, {"style": "bare", "max_digits": 1}, {"ops": "+-*", "max_digits": 2}])

@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tasks import get_task
-from tasks.code_suites import MBPP_SPLITS, import_lines
-from verifiers import list_verifiers
-from verifiers.code import parse_python
+from rlvr.tasks import get_task
+from rlvr.tasks.code_suites import MBPP_SPLITS, import_lines
+from rlvr.verifiers import list_verifiers
+from rlvr.verifiers.code import parse_python
 
 MBPP_SIZES = {"test": 500, "train": 374, "validation": 90, "prompt": 10}
 # Reference programs too slow for the code verifier's default budget (8 s per item, shared by the
@@ -30,7 +30,7 @@ MBPP_SLOW = {
 
 def _strong() -> bool:
     try:
-        from sandbox import capabilities
+        from rlvr.sandbox import capabilities
     except ImportError:
         return False
     return capabilities()["isolation"] == "strong"
@@ -45,7 +45,7 @@ def sandboxed(test):
 
 @pytest.fixture(scope="module")
 def verifier():
-    from verifiers import get_verifier
+    from rlvr.verifiers import get_verifier
 
     v = get_verifier("code", sandbox_slots=2)
     yield v
@@ -161,7 +161,7 @@ def test_mbpp_reference_programs_pass_and_broken_ones_fail(data_dir, verifier, s
 
 @sandboxed
 def test_mbpp_slow_reference_passes_with_a_longer_budget(data_dir):
-    from verifiers import get_verifier
+    from rlvr.verifiers import get_verifier
 
     slow = {p.id: p for p in get_task("mbpp", split="test") if p.id in MBPP_SLOW}
     v = get_verifier("code", timeout_s=60, total_timeout_s=120)

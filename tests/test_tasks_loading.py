@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks import get_task
-from tasks.loading import DATA_DIR_ENV, DataError, project_data_dir, read_records, resolve_source
+from rlvr.tasks import get_task
+from rlvr.tasks.loading import DATA_DIR_ENV, DataError, project_data_dir, read_records, resolve_source
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -46,7 +46,7 @@ def test_custom_suite_reads_every_format(tmp_path, fmt):
     p = suite[1]
     assert p.reference == {"answer": "9"} and p.verifier == "math" and p.id == "custom/train/1"
     assert p.prompt == [{"role": "user", "content": "What is 3 * 3?\n\nThink step by step, then write the final answer inside \\boxed{}."}]
-    from verifiers import get_verifier
+    from rlvr.verifiers import get_verifier
 
     assert get_verifier(p.verifier).score("so \\boxed{9}", p.reference).score == 1.0
 

@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from tasks import get_task
-from tasks.math_suites import boxed_answers, gold_from_boxes, problem_key
-from verifiers import get_verifier, list_verifiers
+from rlvr.tasks import get_task
+from rlvr.tasks.math_suites import boxed_answers, gold_from_boxes, problem_key
+from rlvr.verifiers import get_verifier, list_verifiers
 
 pytestmark = pytest.mark.skipif("math" not in list_verifiers(), reason="the math verifier is not registered")
 

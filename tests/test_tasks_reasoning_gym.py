@@ -8,8 +8,8 @@ import pickle
 
 import pytest
 
-from tasks import get_task
-from verifiers import get_verifier
+from rlvr.tasks import get_task
+from rlvr.verifiers import get_verifier
 
 # Datasets whose items carry a single gold answer and whose scorer gives 0 to a wrong one (others
 # give partial credit by similarity, e.g. spell_backward, or 0.01 for any answer, or have no gold:
@@ -76,7 +76,7 @@ def test_prompt_reference_and_options(rg):
 
 
 def test_verifier_through_worker_processes(rg):
-    from verifiers.runner import VerifierRunner
+    from rlvr.verifiers.runner import VerifierRunner
 
     suite = get_task("reasoning_gym", dataset="chain_sum", split="test", n=4)
     verifier = get_verifier("reasoning_gym")

@@ -9,9 +9,9 @@ from importlib import metadata
 
 import pytest
 
-import tasks.registry as registry
-from tasks import Problem, TaskSuite, get_task, list_tasks, register_task
-from verifiers import list_verifiers
+import rlvr.tasks.registry as registry
+from rlvr.tasks import Problem, TaskSuite, get_task, list_tasks, register_task
+from rlvr.verifiers import list_verifiers
 
 BUILT_IN = {"aime24", "amc23", "arithmetic", "countdown", "custom", "gsm8k", "humaneval", "math", "math500", "mbpp",
             "minerva_math", "reasoning_gym"}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from verifiers import get_verifier
+from rlvr.verifiers import get_verifier
 
 CASES_DIR = Path(__file__).resolve().parent / "verifier_cases"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from verifiers import Reward, Verifier, cli, register_verifier
-from verifiers.audit import audit, format_report, verdict
+from rlvr.verifiers import Reward, Verifier, cli, register_verifier
+from rlvr.verifiers.audit import audit, format_report, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,7 +157,7 @@ def test_commands_do_not_import_torch():
 def test_through_the_rlvr_command_line(tmp_path, capsys):
     import rlvr.cli as rlvr_cli
 
-    assert "verifiers.cli" in rlvr_cli.COMMAND_MODULES
+    assert "rlvr.verifiers.cli" in rlvr_cli.COMMAND_MODULES
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps({"completion": "\\boxed{42}", "answer": "42"}) + "\n")
     assert rlvr_cli.main(["verify", "--verifier", "math", "--input", str(src), "--workers", "0"]) == 0

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from verifiers import Reward, Verifier, from_trl, get_verifier, register_trl_reward, register_verifier
-from verifiers.runner import VerifierRunner
+from rlvr.verifiers import Reward, Verifier, from_trl, get_verifier, register_trl_reward, register_verifier
+from rlvr.verifiers.runner import VerifierRunner
 
 GOOD = "<think>6 times 7 is 42.</think>\n<answer>\\boxed{42}</answer>"
 REF = {"answer": "42"}

@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from verifiers import get_verifier
-from verifiers.math.answer import Choice, Interval, Matrix, Relation, Scalar, Seq, Text, parse_answer
-from verifiers.math.equivalence import compare
-from verifiers.math.evaluate import evaluate
-from verifiers.math.expr import TooLarge, parse_expr
-from verifiers.math.extract import choice_letters, extract
-from verifiers.math.normalize import normalize
+from rlvr.verifiers import get_verifier
+from rlvr.verifiers.math.answer import Choice, Interval, Matrix, Relation, Scalar, Seq, Text, parse_answer
+from rlvr.verifiers.math.equivalence import compare
+from rlvr.verifiers.math.evaluate import evaluate
+from rlvr.verifiers.math.expr import TooLarge, parse_expr
+from rlvr.verifiers.math.extract import choice_letters, extract
+from rlvr.verifiers.math.normalize import normalize
 
 
 @pytest.fixture(scope="module")

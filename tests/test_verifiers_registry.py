@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import verifiers
-from verifiers import Reward, Verifier, describe_verifier, get_verifier, list_verifiers, register_verifier
-from verifiers import registry
-from verifiers.runner import VerifierRunner
+from rlvr import verifiers
+from rlvr.verifiers import Reward, Verifier, describe_verifier, get_verifier, list_verifiers, register_verifier
+from rlvr.verifiers import registry
+from rlvr.verifiers.runner import VerifierRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT_INS = {"numeric", "math", "format", "length", "repetition", "compose", "trl"}
@@ -30,7 +30,7 @@ def plugin_dir(tmp_path, monkeypatch, clean_registry):
     """A tiny installed-looking distribution declaring two rlvr.verifiers entry points."""
     (tmp_path / "plugpkg").mkdir()
     (tmp_path / "plugpkg" / "__init__.py").write_text(textwrap.dedent('''
-        from verifiers import Reward, Verifier
+        from rlvr.verifiers import Reward, Verifier
 
         class Plugin(Verifier):
             description = "a test plugin: bonus when the completion says yes"
@@ -105,7 +105,7 @@ def test_plugin_scores_in_a_worker_process(plugin_dir):
 
 
 def test_entry_point_discovery_in_a_fresh_interpreter(plugin_dir):
-    code = ("import sys, verifiers; names = verifiers.list_verifiers(); "
+    code = ("import sys; from rlvr import verifiers; names = verifiers.list_verifiers(); "
             "assert 'plug_test' in names, names; assert 'torch' not in sys.modules; "
             "print(verifiers.get_verifier('plug_test').score('yes', {}).score)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,

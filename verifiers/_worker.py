@@ -1,7 +1,7 @@
 """The verifier worker process: reads scoring requests on stdin, writes one result per item.
 
 Started by :class:`verifiers.pool.WorkerPool` as a fresh interpreter
-(``python -c "from verifiers._worker import main; main()"``) so that it imports ``verifiers`` and
+(``python -c "from rlvr.verifiers._worker import main; main()"``) so that it imports ``verifiers`` and
 nothing of the trainer (no torch). Frames on both pipes are a 4-byte big-endian length followed by
 a pickle. Messages::
 
@@ -65,7 +65,7 @@ def _limit_memory() -> None:
 
 
 def _result_tuple(reward) -> tuple:
-    from verifiers.base import coerce_reward
+    from rlvr.verifiers.base import coerce_reward
 
     r = coerce_reward(reward)
     info = r.info
@@ -84,9 +84,9 @@ def main() -> None:
                      daemon=True).start()
     _limit_memory()
 
-    import verifiers  # noqa: F401  (registers the built-ins)
-    from verifiers.base import Reward
-    from verifiers.math import symbolic
+    from rlvr import verifiers  # noqa: F401  (registers the built-ins)
+    from rlvr.verifiers.base import Reward
+    from rlvr.verifiers.math import symbolic
 
     symbolic.warm()  # import sympy/math-verify now, not inside the first item's deadline
     out.write(encode_frame(("ready", os.getpid())))

@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from verifiers import golden
-from verifiers.registry import get_verifier
-from verifiers.runner import VerifierRunner
+from rlvr.verifiers import golden
+from rlvr.verifiers.registry import get_verifier
+from rlvr.verifiers.runner import VerifierRunner
 
 INFORMATIONAL = ("format_hack",)
 BORROWED_CATEGORIES = ("golden", "hedging", "empty", "format_hack")  # the built-in final-answer set

@@ -16,7 +16,7 @@ abstain  the verifier has no opinion on this item (e.g. a TRL function returned 
 
 Example::
 
-    from verifiers import Reward, Verifier, register_verifier
+    from rlvr.verifiers import Reward, Verifier, register_verifier
 
     @register_verifier("exact")
     class Exact(Verifier):

@@ -15,7 +15,7 @@ import json
 import threading
 from collections import OrderedDict
 
-from verifiers.base import Reward
+from rlvr.verifiers.base import Reward
 
 CACHEABLE_STATUSES = ("ok", "abstain")
 

@@ -79,7 +79,7 @@ def _reference(line: dict, completion_key: str) -> dict:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from verifiers.runner import VerifierRunner
+    from rlvr.verifiers.runner import VerifierRunner
 
     options = parse_options(args.option, args.options)
     rows = []
@@ -133,7 +133,7 @@ def summarize(verifier: str, source: str, scores: list[float], statuses: Counter
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from verifiers.registry import describe_verifier, list_verifiers
+    from rlvr.verifiers.registry import describe_verifier, list_verifiers
 
     described = []
     for name in list_verifiers():
@@ -156,7 +156,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_audit(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from verifiers.audit import audit, format_report
+    from rlvr.verifiers.audit import audit, format_report
 
     report = audit(args.name, parse_options(args.option, args.options), timeout_s=args.timeout)
     print(format_report(report))

@@ -37,7 +37,7 @@ the verifier runner's per-item deadline, or a looping program would be charged t
 
 Example::
 
-    from verifiers import get_verifier
+    from rlvr.verifiers import get_verifier
     v = get_verifier("code", all_or_nothing=True)
     v.score("```python\\ndef f(x):\\n    return 2 * x\\n```", {"tests": ["assert f(2) == 4"]}).score  # 1.0
 """
@@ -50,8 +50,8 @@ import os
 import time
 import warnings
 
-from verifiers.base import Reward, Verifier
-from verifiers.registry import register_verifier
+from rlvr.verifiers.base import Reward, Verifier
+from rlvr.verifiers.registry import register_verifier
 
 PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3", "python 3"})
 EXTRACT_MODES = ("last_block", "first_block", "all_blocks", "raw")
@@ -266,14 +266,14 @@ class CodeVerifier(Verifier):
 
     def _sandbox(self):
         if self._pool is None or self._pool_pid != os.getpid():
-            from sandbox import SandboxPool
+            from rlvr.sandbox import SandboxPool
 
             self._pool = SandboxPool(slots=self.sandbox_slots, allow_weak_isolation=self.allow_weak_isolation)
             self._pool_pid = os.getpid()
         return self._pool
 
     def _limits(self, n_tests: int, n_stdio: int):
-        from sandbox import Limits
+        from rlvr.sandbox import Limits
 
         # Worst case: the solution's top level, then every test, then every stdio case, each
         # running to its timeout; together they must fit in total_timeout_s.

@@ -36,8 +36,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from verifiers.base import Reward, Verifier, coerce_reward
-from verifiers.registry import get_verifier, register_verifier
+from rlvr.verifiers.base import Reward, Verifier, coerce_reward
+from rlvr.verifiers.registry import get_verifier, register_verifier
 
 PART_KEYS = ("name", "options", "weight", "gate", "min_score", "key")
 MODES = ("weighted", "min", "gate")
@@ -105,7 +105,7 @@ class ComposeVerifier(Verifier):
     def audit_cases(self) -> list[dict]:
         """The final-answer golden set; wrapped in the think/answer template when a ``format`` part
         checks it (format hacks stay as they are)."""
-        from verifiers.golden import answer_probes
+        from rlvr.verifiers.golden import answer_probes
 
         probes = answer_probes()
         if any(p.name == "format" for p in self.parts):

@@ -23,7 +23,7 @@ reference is ``status="error"``. Linear time in the completion's length.
 
 Example::
 
-    from verifiers import get_verifier
+    from rlvr.verifiers import get_verifier
     get_verifier("countdown").score("<answer>30 - (100 - 93)</answer>", {"numbers": [30, 100, 93], "target": 23}).score  # 1.0
 """
 
@@ -34,8 +34,8 @@ import time
 from collections import Counter
 from fractions import Fraction
 
-from verifiers.base import Reward, Verifier
-from verifiers.registry import register_verifier
+from rlvr.verifiers.base import Reward, Verifier
+from rlvr.verifiers.registry import register_verifier
 
 MAX_EXPRESSION_CHARS = 1000  # longer "expressions" are not answers (runaway or hostile output)
 MAX_DEPTH = 100  # parentheses / unary-minus nesting; keeps the recursive parser far from Python's limit

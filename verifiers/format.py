@@ -23,9 +23,9 @@ from __future__ import annotations
 import re
 import time
 
-from verifiers.base import Reward, Verifier
-from verifiers.math.extract import find_boxed
-from verifiers.registry import register_verifier
+from rlvr.verifiers.base import Reward, Verifier
+from rlvr.verifiers.math.extract import find_boxed
+from rlvr.verifiers.registry import register_verifier
 
 STYLES = ("think_answer", "think", "boxed", "regex")
 
@@ -73,7 +73,7 @@ class FormatVerifier(Verifier):
 
     def audit_cases(self) -> list[dict]:
         """Golden structure and format hacks for ``rlvr verifiers audit`` (think/answer styles only)."""
-        from verifiers.golden import format_probes
+        from rlvr.verifiers.golden import format_probes
 
         if self.style != "think_answer" or self.think_prefilled or (self.think_tag, self.answer_tag) != ("think", "answer"):
             return []

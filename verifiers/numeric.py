@@ -14,8 +14,8 @@ import math
 import re
 import time
 
-from verifiers.base import Reward, Verifier
-from verifiers.registry import register_verifier
+from rlvr.verifiers.base import Reward, Verifier
+from rlvr.verifiers.registry import register_verifier
 
 # A number with optional sign, thousands separators and decimals; the lookbehind keeps the "-" of
 # "3-2" from being read as a sign of "2".
@@ -53,7 +53,7 @@ class NumericVerifier(Verifier):
 
     def audit_cases(self) -> list[dict]:
         """Plain-number golden cases for ``rlvr verifiers audit`` (this verifier reads no LaTeX)."""
-        from verifiers.golden import NUMERIC_CASES, answer_probes
+        from rlvr.verifiers.golden import NUMERIC_CASES, answer_probes
 
         return answer_probes(NUMERIC_CASES)
 

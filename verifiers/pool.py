@@ -25,9 +25,9 @@ import time
 from collections import deque
 from pathlib import Path
 
-from verifiers._worker import encode_frame
+from rlvr.verifiers._worker import encode_frame
 
-WORKER_COMMAND = [sys.executable, "-c", "from verifiers._worker import main; main()"]  # tests may swap it
+WORKER_COMMAND = [sys.executable, "-c", "from rlvr.verifiers._worker import main; main()"]  # tests may swap it
 MAX_CHUNK = 32
 STARTUP_TIMEOUT_S = 120.0
 MAX_STARTUP_FAILURES = 3

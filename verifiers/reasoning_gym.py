@@ -12,8 +12,8 @@ import json
 import time
 from typing import Any
 
-from verifiers.base import Reward, Verifier
-from verifiers.registry import register_verifier
+from rlvr.verifiers.base import Reward, Verifier
+from rlvr.verifiers.registry import register_verifier
 
 INSTALL_HINT = "the reasoning_gym verifier needs the reasoning-gym library: pip install reasoning-gym"
 

@@ -32,10 +32,10 @@ import weakref
 from collections import Counter, deque
 from typing import Any, Sequence
 
-from verifiers.base import Reward, coerce_reward
-from verifiers.cache import RewardCache, copy_reward, item_key, spec_key
-from verifiers.pool import WorkerPool
-from verifiers.registry import get_verifier
+from rlvr.verifiers.base import Reward, coerce_reward
+from rlvr.verifiers.cache import RewardCache, copy_reward, item_key, spec_key
+from rlvr.verifiers.pool import WorkerPool
+from rlvr.verifiers.registry import get_verifier
 
 logger = logging.getLogger(__name__)
 LATENCY_WINDOW = 10_000

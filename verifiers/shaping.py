@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 import time
 
-from verifiers.base import Reward, Verifier, coerce_reward
-from verifiers.registry import get_verifier, register_verifier
+from rlvr.verifiers.base import Reward, Verifier, coerce_reward
+from rlvr.verifiers.registry import get_verifier, register_verifier
 
 UNITS = ("chars", "words", "tokens")
 

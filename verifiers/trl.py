@@ -8,7 +8,7 @@ applies), and ``None`` becomes ``status="abstain"``.
 
 From Python::
 
-    from verifiers.trl import from_trl, register_trl_reward
+    from rlvr.verifiers.trl import from_trl, register_trl_reward
     verifier = from_trl(my_reward_fn)                      # a Verifier object
     register_trl_reward("my_reward", my_reward_fn)         # usable by name, from config too
 
@@ -29,8 +29,8 @@ import inspect
 import time
 from typing import Any, Callable
 
-from verifiers.base import Reward, Verifier, coerce_reward
-from verifiers.registry import register_verifier
+from rlvr.verifiers.base import Reward, Verifier, coerce_reward
+from rlvr.verifiers.registry import register_verifier
 
 
 def resolve_function(target: str | Callable) -> Callable:

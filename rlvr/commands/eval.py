@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.models import load_policy, load_tokenizer
     from rlvr.runtime import quiet_transformers, resolve_device, seed_everything
     from rlvr.suites import PromptEncoder, load_suite
-    from verifiers.runner import VerifierRunner
+    from rlvr.verifiers.runner import VerifierRunner
 
     quiet_transformers()
     seed_everything(args.seed)

@@ -88,8 +88,8 @@ def _sizes(factory) -> str:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from tasks import list_tasks
-    from tasks.registry import task_factory
+    from rlvr.tasks import list_tasks
+    from rlvr.tasks.registry import task_factory
 
     rows = []
     for name in list_tasks():
@@ -122,7 +122,7 @@ def _clip(text: str, limit: int) -> str:
 
 def run_show(args: argparse.Namespace) -> int:
     from rlvr.chat import render_prompt
-    from tasks.registry import task_factory
+    from rlvr.tasks.registry import task_factory
 
     try:
         factory = task_factory(args.name)
@@ -130,7 +130,7 @@ def run_show(args: argparse.Namespace) -> int:
         if split is None:
             splits = getattr(factory, "splits", None) or ("train",)
             split = "test" if "test" in splits else splits[0]
-        from tasks import get_task
+        from rlvr.tasks import get_task
 
         suite = get_task(args.name, path=args.path, split=split, **parse_options(args.option))
     except (KeyError, ValueError, TypeError, FileNotFoundError, ImportError) as exc:

@@ -105,7 +105,7 @@ def _math_cases(rows: list[dict], category: str) -> list[dict]:
 
 
 def _only_boxed(solution: str) -> str | None:
-    from verifiers.math.extract import find_boxed
+    from rlvr.verifiers.math.extract import find_boxed
 
     contents = {b[2].strip() for b in find_boxed(solution)}
     return contents.pop() if len(contents) == 1 else None

@@ -1,9 +1,9 @@
 """The ``math`` verifier and its parts (see :mod:`verifiers.math.verifier` for the pipeline).
 
-    from verifiers import get_verifier
+    from rlvr.verifiers import get_verifier
     get_verifier("math").score("... so the answer is \\boxed{\\dfrac{1}{2}}", {"answer": "0.5"}).score  # 1.0
 """
 
-from verifiers.math.verifier import MathVerifier, parse_gold, split_alternatives
+from rlvr.verifiers.math.verifier import MathVerifier, parse_gold, split_alternatives
 
 __all__ = ["MathVerifier", "parse_gold", "split_alternatives"]

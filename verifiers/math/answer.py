@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Union
 
-from verifiers.math.expr import Expr, ParseError, parse_expr
-from verifiers.math.normalize import normalize
+from rlvr.verifiers.math.expr import Expr, ParseError, parse_expr
+from rlvr.verifiers.math.normalize import normalize
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from verifiers.math.answer import (
+from rlvr.verifiers.math.answer import (
     Answer, Choice, Infinity, Interval, Matrix, Relation, Scalar, Seq, Text, Union_, Unparsed,
 )
-from verifiers.math.evaluate import evaluate
-from verifiers.math.expr import EvalError, TooLarge
+from rlvr.verifiers.math.evaluate import evaluate
+from rlvr.verifiers.math.expr import EvalError, TooLarge
 
 EXACT_REL_TOL = 1e-9
 _POINTS = ((0.7373, 1.3161, 0.4142, 1.9129), (1.2247, 0.5772, 1.6180, 0.8415),

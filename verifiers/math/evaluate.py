@@ -14,7 +14,7 @@ import cmath
 import math
 from fractions import Fraction
 
-from verifiers.math.expr import MAX_BITS, MAX_FACTORIAL, EvalError, TooLarge, Value
+from rlvr.verifiers.math.expr import MAX_BITS, MAX_FACTORIAL, EvalError, TooLarge, Value
 
 def evaluate(tree: tuple, env: dict[str, complex] | None = None) -> Value:
     """The value of ``tree``: a ``Fraction`` while the arithmetic stays rational, else a ``complex``.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from verifiers.math.normalize import matching_brace
+from rlvr.verifiers.math.normalize import matching_brace
 
 MAX_BOXES = 64
 MAX_STATEMENT = 300

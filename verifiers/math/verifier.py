@@ -24,14 +24,14 @@ import re
 import time
 from functools import lru_cache
 
-from verifiers.base import Reward, Verifier
-from verifiers.math import symbolic
-from verifiers.math.answer import Answer, Choice, Scalar, Seq, Text, Union_, Unparsed, parse_answer, split_top
-from verifiers.math.equivalence import Tolerance, compare
-from verifiers.math.expr import TooLarge
-from verifiers.math.extract import choice_letters, extract, final_region, find_boxed
-from verifiers.math.normalize import normalize
-from verifiers.registry import register_verifier
+from rlvr.verifiers.base import Reward, Verifier
+from rlvr.verifiers.math import symbolic
+from rlvr.verifiers.math.answer import Answer, Choice, Scalar, Seq, Text, Union_, Unparsed, parse_answer, split_top
+from rlvr.verifiers.math.equivalence import Tolerance, compare
+from rlvr.verifiers.math.expr import TooLarge
+from rlvr.verifiers.math.extract import choice_letters, extract, final_region, find_boxed
+from rlvr.verifiers.math.normalize import normalize
+from rlvr.verifiers.registry import register_verifier
 
 MAX_CANDIDATES = 16
 _PAREN_ALTERNATIVE_RE = re.compile(r"\s*\(\s*(?:or|maybe|possibly|perhaps)\s+([^()]*)\)")
