@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from rlvr.runtime import rng_state
+from rlvr.verifiers.files import DiskFullError, is_disk_full
 
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 
@@ -41,8 +42,6 @@ def save_checkpoint(
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp_step_{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp / "model")
-    tokenizer.save_pretrained(tmp / "model")
     state = {
         "step": step,
         "optimizer": optimizer.state_dict(),
@@ -50,7 +49,18 @@ def save_checkpoint(
         "rng": rng_state(),
         **extra,
     }
-    torch.save(state, tmp / "trainer_state.pt")
+    try:
+        model.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save(state, tmp / "trainer_state.pt")
+    except (OSError, RuntimeError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # frees the space the partial copy took
+        if is_disk_full(exc, root):
+            previous = list_checkpoints(run_dir)
+            kept = f"the previous checkpoint {previous[-1].name} is intact" if previous else "no earlier checkpoint exists"
+            raise DiskFullError(f"disk full while writing checkpoint {final} ({kept}); free some space and "
+                                f"continue with --resume {Path(run_dir)}") from exc
+        raise
     if final.exists():  # the same step saved again (e.g. end of a resumed run)
         shutil.rmtree(final)
     tmp.rename(final)  # atomic on one file system

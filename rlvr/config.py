@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Sequence, TypeVar, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
+
+from rlvr.verifiers.errors import UserError
 
 # ---------------------------------------------------------------------------------------------
 # Sections
@@ -28,6 +30,39 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class FieldError(ValueError):
+    """A check of a whole section that blames one of its fields (reported as ``section.field``)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def registered(registry: str, name: str, field: str | None = None) -> str:
+    """``name`` when the registry at ``registry`` (``"module:ATTRIBUTE"``) knows it; else a
+    ValueError listing the valid names, which pydantic reports under the field's key. Plugins'
+    names (entry points) count like built-in ones. The registry's module is imported here, not
+    when this module is, so reading a config stays cheap until it is validated."""
+    from rlvr.verifiers.plugins import _import_target
+
+    try:
+        return _import_target(registry).check(name)
+    except UserError as exc:
+        raise (FieldError(field, str(exc)) if field else ValueError(str(exc))) from None
+
+
+def plugin_options(check: str, name: str, options: dict, name_field: str) -> None:
+    """Run ``check(name, options)`` (``"module:function"``) and report a user error as a ValueError,
+    so that a bad verifier or task option fails when the config is loaded, not mid-run."""
+    from rlvr.verifiers.errors import PluginLoadError
+    from rlvr.verifiers.plugins import _import_target
+
+    try:
+        _import_target(check)(name, options)
+    except UserError as exc:
+        raise FieldError(name_field if isinstance(exc, PluginLoadError) else "options", str(exc)) from None
 
 
 class LoraConfig(Section):
@@ -52,6 +87,12 @@ class TaskConfig(Section):
     weight: float = Field(1.0, gt=0, description="sampling weight when several suites are mixed")
     limit: Optional[int] = Field(None, ge=1, description="use only the first N problems")
 
+    @model_validator(mode="after")
+    def _known_task_and_options(self) -> "TaskConfig":
+        registered("rlvr.tasks:TASKS", self.task, "task")
+        plugin_options("rlvr.tasks.registry:check_task", self.task, self.options, "task")
+        return self
+
 
 class VerifierConfig(Section):
     name: Optional[str] = Field(None, description="verifier to use; null = each problem's own (the suite's default)")
@@ -65,10 +106,23 @@ class VerifierConfig(Section):
     )
     success_threshold: float = Field(1.0, description="a sample counts as correct (accuracy) when score >= this")
 
+    @model_validator(mode="after")
+    def _known_verifier_and_options(self) -> "VerifierConfig":
+        if self.name is None:
+            if self.options:
+                raise FieldError("options", "options need a verifier.name (with name null, each problem is "
+                                 "scored by its suite's default verifier with its default options)")
+            return self
+        registered("rlvr.verifiers:VERIFIERS", self.name, "name")
+        plugin_options("rlvr.verifiers.registry:check_verifier", self.name, self.options, "name")
+        return self
+
 
 class EngineConfig(Section):
-    name: Literal["hf"] = Field("hf", description="generation engine (vllm is planned; hf everywhere)")
+    name: str = Field("hf", description="generation engine, from the engine registry (built-in: hf; plugins add more)")
     max_batch_size: int = Field(256, ge=1, description="sequences generated together")
+
+    _known_engine = field_validator("name")(lambda cls, v: registered("rlvr.engines:ENGINES", v))
 
 
 class GenerationConfig(Section):
@@ -76,17 +130,23 @@ class GenerationConfig(Section):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0, description="0 = off")
+    overlong_prompts: Literal["skip", "error"] = Field(
+        "skip", description="prompts that leave no room for max_new_tokens in the model's context: left out (counted "
+        "and reported at start), or refuse to run")
 
 
 class AlgorithmConfig(Section):
     preset: Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp"] = "grpo"
-    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = "grpo"
-    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "seq_mean_token_mean"
+    advantage: str = Field("grpo", description="advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, or a plugin's")
+    policy_loss: str = Field("ppo_clip", description="per-token policy loss: ppo_clip (clipped surrogate), vanilla "
+                             "(unclipped policy gradient), or a plugin's")
+    loss_agg: str = Field("seq_mean_token_mean", description="loss aggregation: token_mean, seq_mean_token_mean, "
+                          "seq_mean_token_sum_norm, or a plugin's")
     clip_low: float = Field(0.2, ge=0, lt=1)
     clip_high: float = Field(0.2, ge=0)
     dual_clip: Optional[float] = Field(None, gt=1, description="bound on the loss of negative advantages (e.g. 3)")
     beta: float = Field(0.0, ge=0, description="KL coefficient; 0 = no reference model and no reference pass")
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: str = Field("k3", description="KL estimator: k1, k2, k3, or a plugin's")
     kl_placement: Literal["loss", "reward"] = Field("loss", description="KL as a loss term, or subtracted from the reward")
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus coefficient")
     ppo_epochs: int = Field(1, ge=1, description="passes over each batch")
@@ -101,6 +161,12 @@ class AlgorithmConfig(Section):
     overlong: Literal["none", "filter", "soft"] = Field("none", description="truncated samples: keep, mask out, or soft punishment")
     overlong_buffer: int = Field(4, ge=1, description="soft punishment ramps over the last N tokens before max_new_tokens")
     overlong_penalty: float = Field(1.0, ge=0, description="reward subtracted at max_new_tokens (soft punishment)")
+
+    _known_advantage = field_validator("advantage")(
+        lambda cls, v: registered("rlvr.algorithms.advantages:ADVANTAGE_ESTIMATORS", v))
+    _known_policy_loss = field_validator("policy_loss")(lambda cls, v: registered("rlvr.algorithms.losses:POLICY_LOSSES", v))
+    _known_loss_agg = field_validator("loss_agg")(lambda cls, v: registered("rlvr.algorithms.losses:LOSS_AGGREGATIONS", v))
+    _known_kl = field_validator("kl_estimator")(lambda cls, v: registered("rlvr.algorithms.losses:KL_ESTIMATORS", v))
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -165,7 +231,8 @@ class CheckpointConfig(Section):
 class RunConfig(Section):
     """The GRPO-family recipe (``rlvr train``)."""
 
-    out: str = Field("runs/train", description="run folder")
+    out: Optional[str] = Field(None, description="run folder; null = a new runs/<preset>-<timestamp>. A folder that "
+                               "already holds a run is refused unless resumed (--resume) or replaced (--overwrite)")
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: list[TaskConfig] = Field(default_factory=lambda: [TaskConfig()], description="training suites (weights mix them)")
     verifier: VerifierConfig = Field(default_factory=VerifierConfig)
@@ -199,11 +266,24 @@ class RunConfig(Section):
 
 
 class SFTDataConfig(Section):
+    """One source of SFT examples; ``data`` is a list of them (like ``rlvr train``'s), whose examples
+    are pooled. A single mapping is accepted too, as a list of one."""
+
     task: Optional[str] = Field("arithmetic", description="task suite whose problems carry a gold solution")
     path: Optional[str] = Field(None, description="suite data path, or a JSONL of {prompt|messages, completion} when task is null")
     split: str = "train"
     options: dict[str, Any] = Field(default_factory=dict)
     limit: Optional[int] = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _known_task_and_options(self) -> "SFTDataConfig":
+        if self.task is not None:
+            registered("rlvr.tasks:TASKS", self.task, "task")
+            plugin_options("rlvr.tasks.registry:check_task", self.task, self.options, "task")
+        elif not self.path:
+            raise FieldError("path", "set task to a suite, or task: null with path to a JSONL file of "
+                             "{prompt|messages, completion} lines")
+        return self
 
 
 class SFTTrainConfig(Section):
@@ -218,9 +298,9 @@ class SFTTrainConfig(Section):
 
 class SFTEvalConfig(Section):
     every: int = Field(0, ge=0, description="greedy accuracy on held-out problems every N steps (0 = never)")
-    task: Optional[str] = Field(None, description="default: data.task")
+    task: Optional[str] = Field(None, description="default: the first data entry's task")
     split: str = "dev"
-    options: dict[str, Any] = Field(default_factory=dict, description="default: data.options")
+    options: dict[str, Any] = Field(default_factory=dict, description="default: the first data entry's options")
     limit: int = Field(200, ge=1)
     max_new_tokens: int = Field(16, ge=1)
     stop_at_accuracy: Optional[float] = Field(None, gt=0, le=1, description="stop as soon as held-out accuracy reaches this")
@@ -229,9 +309,11 @@ class SFTEvalConfig(Section):
 class SFTConfig(Section):
     """Supervised fine-tuning on gold completions (``rlvr sft``), loss on completion tokens only."""
 
-    out: str = "runs/sft"
+    out: Optional[str] = Field(None, description="run folder; null = a new runs/sft-<timestamp> (a folder that "
+                               "already holds a run is refused unless --overwrite)")
     model: ModelConfig = Field(default_factory=ModelConfig)
-    data: SFTDataConfig = Field(default_factory=SFTDataConfig)
+    data: list[SFTDataConfig] = Field(default_factory=lambda: [SFTDataConfig()],
+                                      description="example sources (suites with gold solutions, or JSONL files), pooled")
     optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5))
     train: SFTTrainConfig = Field(default_factory=SFTTrainConfig)
     eval: SFTEvalConfig = Field(default_factory=SFTEvalConfig)
@@ -241,9 +323,18 @@ class SFTConfig(Section):
     def _check(self) -> "SFTConfig":
         if not self.model.path:
             raise ValueError("model.path: set it to a local Hugging Face model folder")
-        if self.data.task is None and not self.data.path:
-            raise ValueError("data: set data.task to a suite, or data.task: null with data.path to a JSONL file")
+        if not self.data:
+            raise ValueError("data: at least one source of examples is needed")
+        if self.eval.every and self.eval.task is None and self.data[0].task is None:
+            raise ValueError("eval.task: evaluation needs a task suite (the first data entry is a JSONL file)")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_source_as_a_list(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and isinstance(raw.get("data"), dict) and not all(str(k).isdigit() for k in raw["data"]):
+            return {**raw, "data": [raw["data"]]}
+        return raw
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,7 +344,7 @@ class SFTConfig(Section):
 C = TypeVar("C", bound=BaseModel)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config that cannot be used; the message names the key(s) and the valid choices."""
 
 
@@ -282,11 +373,13 @@ def deep_merge(base: dict, update: dict) -> dict:
     out = copy.deepcopy(base)
     for key, value in update.items():
         current = out.get(key)
-        if isinstance(value, dict) and isinstance(current, dict):
+        indexed = isinstance(value, dict) and bool(value) and all(str(k).isdigit() for k in value)
+        if isinstance(value, dict) and isinstance(current, dict) and not indexed:
             out[key] = deep_merge(current, value)
-        elif isinstance(value, dict) and value and all(str(k).isdigit() for k in value):
-            # "data.0.task=gsm8k": index into a list (the file's, or a fresh one)
-            items = list(current) if isinstance(current, list) else []
+        elif indexed:
+            # "data.0.task=gsm8k": index into a list (the file's, or a fresh one); a single mapping
+            # where a list is allowed (SFT's data) counts as a list of one
+            items = list(current) if isinstance(current, list) else [current] if isinstance(current, dict) else []
             for index in sorted(value, key=int):
                 i = int(index)
                 if i > len(items):
@@ -322,10 +415,17 @@ def _format_errors(cls: type[BaseModel], exc: ValidationError, source: str) -> s
             lines.append(f"  {key}: unknown key; valid keys here: {', '.join(valid)}")
         elif not loc:  # a cross-field check: its message names the keys itself
             lines.append(f"  {err['msg'].removeprefix('Value error, ')}")
+        elif err["type"] == "value_error":  # a registry or plugin check: the message says what is valid
+            error = err.get("ctx", {}).get("error")
+            if isinstance(error, FieldError):
+                key = f"{key}.{error.field}"
+            lines.append(f"  {key}: {err['msg'].removeprefix('Value error, ')}")
         else:
             got = err.get("input")
             got_text = f" (got {got!r})" if not isinstance(got, dict) else ""
             lines.append(f"  {key}: {err['msg']}{got_text}")
+    if len(lines) == 2:  # one mistake: one line
+        return f"{lines[0]} {lines[1].strip()}"
     return "\n".join(lines)
 
 

@@ -20,44 +20,57 @@ from typing import Any
 
 import torch
 
-from rlvr.algorithms.advantages import GROUP_ESTIMATORS
+from rlvr.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss
 from rlvr.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
 from rlvr.config import RunConfig, save_config
 from rlvr.engines import SamplingParams, build_engine
 from rlvr.evaluate import evaluate
 from rlvr.logprobs import completion_logprobs
-from rlvr.models import Reference, load_policy, load_tokenizer, save_final_model
+from rlvr.models import Reference, context_length, load_policy, load_tokenizer, save_final_model
 from rlvr.rollout import Batch, ProblemSampler, collate, collect_groups, sample_tensors
+from rlvr.progress import make_progress
+from rlvr.run_folder import RunFolderError, prepare_run_folder
 from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads, set_rng_state
-from rlvr.suites import PromptEncoder, load_eval_suites, load_training_suites
+from rlvr.suites import PromptEncoder, drop_overlong_prompts, load_eval_suites, load_training_suites
 from rlvr.tracking import Alarms, Tracker, plot_metrics
-from rlvr.verifiers.registry import verifier_factory
+from rlvr.verifiers.registry import get_verifier
 from rlvr.verifiers.runner import VerifierRunner
 
 
-def train(config: RunConfig, *, resume: bool = False) -> dict[str, Any]:
-    """Train a policy with the configured critic-free algorithm; returns the run summary."""
+def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
+    """Train a policy with the configured critic-free algorithm; returns the run summary.
+
+    ``resume`` continues the run in ``config.out`` from its latest checkpoint; ``overwrite``
+    replaces a previous run there (without either, a folder that holds a run is refused).
+    """
     quiet_transformers()
-    run_dir = Path(config.out)
-    run_dir.mkdir(parents=True, exist_ok=True)
     device = resolve_device(config.train.device)
+    run_dir = prepare_run_folder(config.out, name=config.algorithm.preset, resume=resume, overwrite=overwrite)
+    config = config.model_copy(update={"out": str(run_dir)})
+    print(f"run folder: {run_dir}" + (" (resuming)" if resume else ""), flush=True)
     seed_everything(config.train.seed)
     set_threads(config.train.threads)
     algo, gen, t = config.algorithm, config.generation, config.train
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if resume and checkpoint is None:
-        raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir / 'checkpoints'}")
+        raise RunFolderError(f"--resume {run_dir}: no complete checkpoint under {run_dir / 'checkpoints'} "
+                             "(a run saves one every checkpoint.every steps); start it again with --overwrite")
 
-    # ---- data and verifiers first: a wrong name fails before any model is loaded ----------------
+    # ---- data and verifiers first: a wrong name or option fails before any model is loaded -----
     suites, weights = load_training_suites(config.data)
-    sampler = ProblemSampler(suites, weights, seed=t.seed)
     eval_suites = load_eval_suites(config)
-    check_verifiers(config.verifier.name, [p for problems in [*suites.values(), *eval_suites.values()] for p in problems])
+    check_verifiers(config.verifier.name, config.verifier.options,
+                    [p for problems in [*suites.values(), *eval_suites.values()] for p in problems])
     runner = VerifierRunner(workers=config.verifier.workers, timeout_s=config.verifier.timeout_s)
 
     # ---- models, engine, optimizer, logging --------------------------------------------------
     tokenizer = load_tokenizer(config.model.path)
+    encode = PromptEncoder(tokenizer)
+    context = context_length(config.model.path)
+    suites = drop_overlong_prompts(suites, encode, context, gen.max_new_tokens, gen.overlong_prompts)
+    eval_suites = drop_overlong_prompts(eval_suites, encode, context, _eval_max_new_tokens(config), gen.overlong_prompts)
+    sampler = ProblemSampler(suites, weights, seed=t.seed)
     policy = _load_policy(config, device, checkpoint)
     reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device))
     engine = build_engine(config.engine.name, policy, tokenizer, max_batch_size=config.engine.max_batch_size)
@@ -66,7 +79,6 @@ def train(config: RunConfig, *, resume: bool = False) -> dict[str, Any]:
                                 schedule=config.optim.schedule, min_ratio=config.optim.min_lr_ratio)
     sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k)
 
-    encode = PromptEncoder(tokenizer)
     tracker = Tracker(run_dir, tensorboard=config.log.tensorboard, wandb=config.log.wandb,
                       wandb_project=config.log.wandb_project, config=config.model_dump(mode="json"))
     alarms = Alarms(config.log.alarm_patience)
@@ -80,7 +92,7 @@ def train(config: RunConfig, *, resume: bool = False) -> dict[str, Any]:
         set_rng_state(state["rng"])
         start_step, wall_before, evaluations = state["step"], state["wall_s"], dict(state["evaluations"])
         tracker.truncate(start_step)
-        print(f"resuming {run_dir} from step {start_step}")
+        print(f"resuming from step {start_step} of {t.steps}")
     else:
         save_config(config, run_dir / "config.yaml")
     started = time.perf_counter()
@@ -122,7 +134,7 @@ def train(config: RunConfig, *, resume: bool = False) -> dict[str, Any]:
                 seq_kl = kl_tokens.sum(dim=1).view_as(scores).cpu()
                 if algo.kl_placement == "reward":
                     scores = scores - algo.beta * seq_kl
-            advantages = GROUP_ESTIMATORS[algo.advantage](scores, samples.valid)
+            advantages = ADVANTAGE_ESTIMATORS[algo.advantage](scores, samples.valid)
             batch.advantages = advantages.flatten().to(device)
             keep = (samples.valid.float() * samples.loss_weight).flatten().to(device)
             batch.response_mask = batch.response_mask * keep[:, None]
@@ -148,14 +160,15 @@ def train(config: RunConfig, *, resume: bool = False) -> dict[str, Any]:
             for message in alarms.update(step, metrics):
                 (progress.write if progress is not None else print)(message)
 
-            # ---- 6. evaluate, checkpoint --------------------------------------------------------
-            if config.eval.every and step % config.eval.every == 0 and step != t.steps and eval_suites:
+            # ---- 6. evaluate (on schedule and after the last step), checkpoint ------------------
+            periodic = config.eval.every and step % config.eval.every == 0
+            if eval_suites and (periodic or (step == t.steps and config.eval.at_end)):
                 metrics.update(_evaluate_suites(engine, encode, eval_suites, runner, config))
                 evaluations[step] = {k: v for k, v in metrics.items() if k.startswith("eval/")}
             tracker.log(step, metrics)
             if progress is not None:
-                progress.update(1)
                 progress.set_postfix(reward=f"{metrics['reward/mean']:.3f}", acc=f"{metrics['reward/accuracy']:.3f}")
+                progress.update(1)
             if config.log.plot_every and step % config.log.plot_every == 0:
                 plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))
             if (config.checkpoint.every and step % config.checkpoint.every == 0) or step == t.steps:
@@ -170,9 +183,7 @@ def train(config: RunConfig, *, resume: bool = False) -> dict[str, Any]:
             progress.close()
         runner.close()
 
-    # ---- the end: final evaluation, model, plots, summary -----------------------------------
-    if config.eval.at_end and eval_suites and t.steps not in evaluations:
-        run_evaluation(t.steps)
+    # ---- the end: model, plots, summary (the final evaluation ran with the last step) ---------
     save_final_model(policy, tokenizer, run_dir / "final")
     plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))
     tracker.close()
@@ -222,7 +233,8 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, config
                 )
                 old = logp.detach() if single_pass else micro.old_logp
                 loss, stats = policy_loss(logp, old, micro.advantages, micro.response_mask, clip_low=algo.clip_low,
-                                          clip_high=algo.clip_high, dual_clip=algo.dual_clip, agg=algo.loss_agg, **agg)
+                                          clip_high=algo.clip_high, dual_clip=algo.dual_clip, agg=algo.loss_agg,
+                                          loss=algo.policy_loss, **agg)
                 pg_total += loss.item()
                 w = float(micro.response_mask.sum())
                 terms = {}
@@ -305,10 +317,11 @@ def _reference_logprobs(reference: Reference, batch: Batch, micro_batch_size: in
         return _no_grad_logprobs(ref_model, batch, micro_batch_size, temperature)
 
 
-def check_verifiers(override: str | None, problems) -> None:
-    """Every verifier the run will call exists (an unknown name lists the registered ones)."""
+def check_verifiers(override: str | None, options: dict, problems) -> None:
+    """Every verifier the run will call exists and accepts its options: each is built once here,
+    before any model is loaded (an unknown name lists the registered ones, a bad option the valid ones)."""
     for name in {override} if override else {p.verifier for p in problems}:
-        verifier_factory(name)
+        get_verifier(name, **(options if override else {}))
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
@@ -362,9 +375,13 @@ def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mix
     return metrics
 
 
+def _eval_max_new_tokens(config: RunConfig) -> int:
+    return config.eval.max_new_tokens or config.generation.max_new_tokens
+
+
 def _evaluate_suites(engine, encode, eval_suites, runner, config: RunConfig) -> dict[str, float]:
     sampling = SamplingParams(
-        max_new_tokens=config.eval.max_new_tokens or config.generation.max_new_tokens,
+        max_new_tokens=_eval_max_new_tokens(config),
         temperature=config.generation.temperature, top_p=config.generation.top_p, top_k=config.generation.top_k,
         greedy=config.eval.greedy,
     )
@@ -382,11 +399,7 @@ def _evaluate_suites(engine, encode, eval_suites, runner, config: RunConfig) -> 
 
 
 def _progress_bar(config: RunConfig, start_step: int):
-    if not config.log.progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=config.train.steps, initial=start_step, desc=f"{config.algorithm.preset} steps", dynamic_ncols=True)
+    return make_progress(config.train.steps, config.algorithm.preset, initial=start_step, enabled=config.log.progress)
 
 
 def _load_policy(config: RunConfig, device: torch.device, checkpoint: Path | None):
@@ -406,6 +419,7 @@ def _summary(config: RunConfig, evaluations: dict, alarms: Alarms, wall_s: float
     before = evaluations.get(0, {}).get("eval/accuracy")
     after = evaluations[steps_done[-1]].get("eval/accuracy") if steps_done and steps_done[-1] > 0 else None
     return {
+        "run_folder": config.out,
         "algorithm": config.algorithm.preset,
         "steps": config.train.steps,
         "accuracy_before": before,

@@ -16,6 +16,8 @@ from typing import Any, Iterator
 
 import torch
 
+from rlvr.verifiers.errors import MissingFileError
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -26,11 +28,41 @@ def resolve_dtype(name: str) -> torch.dtype:
         raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(DTYPES)}") from None
 
 
+def check_model_folder(path: str | Path, field: str = "model.path") -> Path:
+    """``path`` as a folder that holds a Hugging Face model, or a :class:`UserError` at once.
+
+    transformers would take a missing folder for a hub repo id and retry the network for ~50 s
+    before a traceback; models here are local folders (``model.path``), so say so immediately.
+    """
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        hint = (" (it looks like a hub id: download it first, e.g. `hf download NAME --local-dir DIR`, and set "
+                f"{field} to DIR)") if "/" in str(path) and not str(path).startswith((".", "/", "~")) else ""
+        raise MissingFileError(f"{field}: no model at {path}: not a folder{hint}")
+    if not (folder / "config.json").is_file():
+        raise MissingFileError(f"{field}: no model at {path}: the folder has no config.json (a model folder is what "
+                               "save_pretrained writes, e.g. a run's final/ or checkpoints/step_N/model/)")
+    return folder
+
+
+def context_length(path: str | Path) -> int | None:
+    """The longest sequence the model at ``path`` takes (prompt + completion), from its config;
+    None when the config does not say."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(check_model_folder(path)))
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def load_tokenizer(path: str | Path):
     """The model's tokenizer, with a pad token (falling back to EOS) and left padding for generation."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    tokenizer = AutoTokenizer.from_pretrained(str(check_model_folder(path)))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -53,7 +85,7 @@ def load_policy(
     """
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype)).to(device)
+    model = AutoModelForCausalLM.from_pretrained(str(check_model_folder(path)), dtype=resolve_dtype(dtype)).to(device)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False

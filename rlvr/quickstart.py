@@ -45,16 +45,18 @@ def eval_command(config: RunConfig, *, samples: int = 8, ks: str = "1,8") -> str
 
 
 def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | None = None, device: str = "auto",
-               progress: bool = True, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """Run the four stages; ``overrides`` (``key=value``) apply to the GRPO stage's config."""
+               progress: bool = True, overrides: Sequence[str] = (), overwrite: bool = False) -> dict[str, Any]:
+    """Run the four stages; ``overrides`` (``key=value``) apply to the GRPO stage's config.
+    ``overwrite`` replaces an earlier quickstart in ``out`` (else such a folder is refused)."""
     from rlvr import grpo, sft
     from rlvr.models import build_tiny_model
+    from rlvr.run_folder import RUN_FILES, prepare_run_folder
     from rlvr.runtime import quiet_transformers
 
     quiet_transformers()
     started = time.perf_counter()
-    run_dir = Path(out) if out is not None else Path("runs") / time.strftime("quickstart-%Y%m%d-%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = prepare_run_folder(out, name="quickstart", overwrite=overwrite, outputs=RUN_FILES + ("base_model", "sft"))
+    print(f"run folder: {run_dir}", flush=True)
 
     print(f"[1/3] building a tiny model -> {run_dir / 'base_model'}")
     build_tiny_model(run_dir / "base_model", seed=seed)

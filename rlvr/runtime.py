@@ -10,14 +10,23 @@ from typing import Any
 
 import torch
 
+from rlvr.verifiers.errors import InvalidValueError
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``."""
+
+def resolve_device(name: str, field: str = "train.device") -> torch.device:
+    """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``.
+    A device this machine does not have is a user error naming ``field``."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise InvalidValueError(f"{field}: {name!r} is not a device; use cpu, cuda, cuda:N or auto") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} asked for, but CUDA is not available (use device=cpu or auto)")
+        raise InvalidValueError(f"{field}={name}, but this machine has no CUDA device (torch {torch.__version__} sees "
+                                "none); use cpu or auto")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise InvalidValueError(f"{field}={name}, but this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 

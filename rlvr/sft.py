@@ -22,50 +22,73 @@ from rlvr.engines import HFEngine, SamplingParams
 from rlvr.evaluate import evaluate
 from rlvr.logprobs import completion_logprobs
 from rlvr.models import load_policy, load_tokenizer, save_final_model
+from rlvr.progress import make_progress
+from rlvr.run_folder import prepare_run_folder
 from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads
 from rlvr.suites import PromptEncoder, load_suite
 from rlvr.tracking import Tracker, plot_metrics
 from rlvr.tasks.base import Problem
+from rlvr.tasks.loading import check_text
+from rlvr.verifiers.errors import InvalidValueError, MissingFileError
 from rlvr.verifiers.runner import VerifierRunner
 
 
 def load_sft_examples(data) -> list[tuple[Messages, str]]:
-    """``(prompt messages, completion text)`` pairs from a suite's solutions or a JSONL file."""
-    if data.task is not None:
-        problems = load_suite(data.task, path=data.path, split=data.split, options=data.options, limit=data.limit)
-        missing = [p.id for p in problems if p.solution is None]
-        if missing:
-            raise ValueError(f"task {data.task!r} has no gold solution for {len(missing)} problems (e.g. {missing[0]}); "
-                             "SFT needs a suite with solutions or a JSONL file")
-        return [(p.prompt, p.solution) for p in problems]
-    return _read_jsonl_examples(Path(data.path), data.limit)
+    """``(prompt messages, completion text)`` pairs from every source in ``data`` (a list of
+    ``SFTDataConfig``, or one): a suite's gold solutions, or a JSONL file."""
+    examples: list[tuple[Messages, str]] = []
+    for source in data if isinstance(data, (list, tuple)) else [data]:
+        if source.task is not None:
+            problems = load_suite(source.task, path=source.path, split=source.split, options=source.options,
+                                  limit=source.limit)
+            missing = [p.id for p in problems if p.solution is None]
+            if missing:
+                raise InvalidValueError(
+                    f"data: task {source.task!r} has no gold solution for {len(missing)} of {len(problems)} problems "
+                    f"(e.g. {missing[0]}), so there is nothing to imitate; use a suite with solutions, or a JSONL file "
+                    "of {prompt, completion} lines (task: null, path: FILE)")
+            examples += [(p.prompt, p.solution) for p in problems]
+        else:
+            examples += _read_jsonl_examples(Path(source.path), source.limit)
+    return examples
 
 
 def _read_jsonl_examples(path: Path, limit: int | None) -> list[tuple[Messages, str]]:
     if not path.is_file():
-        raise FileNotFoundError(f"SFT data file {path} does not exist")
+        raise MissingFileError(f"data.path: SFT data file {path} does not exist")
     examples = []
-    for line_no, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{line_no}: not valid JSON ({exc})") from None
-        if "messages" in row:
-            messages = row["messages"]
-            if not messages or messages[-1].get("role") != "assistant":
-                raise ValueError(f"{path}:{line_no}: field 'messages' must end with an assistant message")
-            examples.append((messages[:-1], messages[-1]["content"]))
-        elif "prompt" in row and "completion" in row:
-            prompt = row["prompt"]
-            examples.append(([{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt, row["completion"]))
-        else:
-            raise ValueError(f"{path}:{line_no}: needs fields 'prompt' and 'completion', or 'messages'")
-        if limit is not None and len(examples) >= limit:
-            break
+    with path.open(encoding="utf-8", errors="surrogateescape") as lines:
+        for line_no, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_no}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InvalidValueError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(row, dict):
+                raise InvalidValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            if "messages" in row:
+                messages = row["messages"]
+                if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict) \
+                        or messages[-1].get("role") != "assistant":
+                    raise InvalidValueError(f"{where}: field 'messages' must be a list ending with an assistant message")
+                prompt, completion = messages[:-1], messages[-1].get("content")
+            elif "prompt" in row and "completion" in row:
+                prompt, completion = row["prompt"], row["completion"]
+                prompt = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+            else:
+                raise InvalidValueError(f"{where}: needs fields 'prompt' and 'completion', or 'messages'")
+            check_text(where, completion, "completion")
+            for message in prompt if isinstance(prompt, list) else [None]:
+                if not isinstance(message, dict):
+                    raise InvalidValueError(f"{where}: the prompt must be a string or a list of {{role, content}} messages")
+                check_text(where, message.get("content"), "prompt")
+            examples.append((prompt, completion))
+            if limit is not None and len(examples) >= limit:
+                break
     if not examples:
-        raise ValueError(f"{path}: no examples")
+        raise InvalidValueError(f"{path}: no examples (the file is empty)")
     return examples
 
 
@@ -91,29 +114,32 @@ def _collate(pairs: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[tor
     return ids, attention, mask
 
 
-def train(config: SFTConfig) -> dict[str, Any]:
-    """Fine-tune on gold completions; stops early when held-out accuracy reaches ``eval.stop_at_accuracy``."""
+def train(config: SFTConfig, *, overwrite: bool = False) -> dict[str, Any]:
+    """Fine-tune on gold completions; stops early when held-out accuracy reaches ``eval.stop_at_accuracy``.
+    ``overwrite`` replaces a previous run in ``config.out`` (else a folder holding a run is refused)."""
     quiet_transformers()
-    run_dir = Path(config.out)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / "config.yaml")
     device = resolve_device(config.train.device)
+    run_dir = prepare_run_folder(config.out, name="sft", overwrite=overwrite)
+    config = config.model_copy(update={"out": str(run_dir)})
+    print(f"run folder: {run_dir}", flush=True)
     seed_everything(config.train.seed)
     set_threads(config.train.threads)
+    examples = load_sft_examples(config.data)  # bad data fails before any model is loaded
+    ev, first = config.eval, config.data[0]
+    eval_problems = []
+    if ev.every:
+        eval_problems = load_suite(ev.task or first.task, path=first.path if ev.task is None else None,
+                                   split=ev.split, options=ev.options or first.options, limit=ev.limit)
+    save_config(config, run_dir / "config.yaml")
     tokenizer = load_tokenizer(config.model.path)
     lora = config.model.lora.model_dump() if config.model.lora is not None else None
     model = load_policy(config.model.path, dtype=config.model.dtype, device=str(device), lora=lora,
                         gradient_checkpointing=config.model.gradient_checkpointing)
-    data = _tokenize(tokenizer, load_sft_examples(config.data))
+    data = _tokenize(tokenizer, examples)
     optimizer = build_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay, betas=config.optim.betas)
     scheduler = build_scheduler(optimizer, total=config.train.steps, warmup=config.optim.warmup_steps,
                                 schedule=config.optim.schedule, min_ratio=config.optim.min_lr_ratio)
     tracker = Tracker(run_dir)
-    ev = config.eval
-    eval_problems = []
-    if ev.every:
-        eval_problems = load_suite(ev.task or config.data.task, path=config.data.path if ev.task is None else None,
-                                   split=ev.split, options=ev.options or config.data.options, limit=ev.limit)
     engine = HFEngine(model, tokenizer)
     encode = PromptEncoder(tokenizer)
     runner = VerifierRunner()
@@ -153,8 +179,8 @@ def train(config: SFTConfig) -> dict[str, Any]:
             metrics["eval/accuracy"] = accuracy
         tracker.log(step, metrics)
         if progress is not None:
-            progress.update(1)
             progress.set_postfix(loss=f"{loss_value:.3f}", **({"acc": f"{accuracy:.3f}"} if accuracy is not None else {}))
+            progress.update(1)
         if ev.stop_at_accuracy is not None and accuracy is not None and accuracy >= ev.stop_at_accuracy:
             break
     if progress is not None:
@@ -170,8 +196,4 @@ def train(config: SFTConfig) -> dict[str, Any]:
 
 
 def _progress(config: SFTConfig):
-    if not config.log.progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=config.train.steps, desc="sft steps", dynamic_ncols=True)
+    return make_progress(config.train.steps, "sft", enabled=config.log.progress)

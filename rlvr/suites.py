@@ -7,6 +7,7 @@ from typing import Any, Sequence
 from rlvr.chat import encode_prompts
 from rlvr.tasks import get_task
 from rlvr.tasks.base import Problem
+from rlvr.verifiers.errors import InvalidValueError
 
 
 class PromptEncoder:
@@ -29,7 +30,8 @@ def load_suite(task: str, *, path: str | None, split: str, options: dict[str, An
     if limit is not None:
         problems = problems[:limit]
     if not problems:
-        raise ValueError(f"task {task!r} (split {split!r}) holds no problems")
+        where = f" at {path}" if path else ""
+        raise InvalidValueError(f"task {task!r} (split {split!r}{where}) holds no problems; check the data file or the suite's options")
     return problems
 
 
@@ -69,3 +71,38 @@ def load_eval_suites(config) -> dict[str, list[Problem]]:
             entry.task, path=entry.path, split=entry.split, options=entry.options, limit=entry.limit
         )
     return suites
+
+
+def drop_overlong_prompts(suites: dict[str, list[Problem]], encode: PromptEncoder, context: int | None,
+                          max_new_tokens: int, on_overlong: str) -> dict[str, list[Problem]]:
+    """The suites without the problems whose prompt leaves no room for ``max_new_tokens`` in the
+    model's ``context`` (None: no limit known, nothing dropped).
+
+    Every prompt is tokenised here, once (the encoder caches the ids for the run). A prompt that
+    does not fit would otherwise be truncated by the position embeddings, or, at 200k characters,
+    try to allocate tens of GB. ``on_overlong="skip"`` leaves such problems out and prints how many
+    per suite; ``"error"`` refuses the run, naming one of them.
+    """
+    if context is None or not suites:
+        return suites
+    budget = context - max_new_tokens
+    if budget < 1:
+        raise InvalidValueError(f"generation.max_new_tokens ({max_new_tokens}) leaves no room for a prompt in the "
+                                f"model's context of {context} tokens")
+    out: dict[str, list[Problem]] = {}
+    for name, problems in suites.items():
+        lengths = [len(encode(p)) for p in problems]
+        kept = [p for p, n in zip(problems, lengths) if n <= budget]
+        dropped = len(problems) - len(kept)
+        if dropped:
+            worst = max(range(len(problems)), key=lengths.__getitem__)
+            detail = (f"{dropped} of {len(problems)} prompts of suite {name!r} are longer than {budget} tokens (the model's "
+                      f"context of {context} minus {max_new_tokens} new tokens); the longest, {problems[worst].id}, has "
+                      f"{lengths[worst]}")
+            if on_overlong == "error":
+                raise InvalidValueError(f"{detail}. Set generation.overlong_prompts=skip to leave them out.")
+            print(f"{detail}: skipped (generation.overlong_prompts=skip)", flush=True)
+        if not kept:
+            raise InvalidValueError(f"suite {name!r}: no prompt fits the model's context ({budget} tokens for the prompt)")
+        out[name] = kept
+    return out

@@ -6,11 +6,14 @@ Metric names are namespaced: ``reward/``, ``verify/``, ``train/``, ``response/``
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import warnings
 from pathlib import Path
 from typing import Any
+
+from rlvr.verifiers.files import DiskFullError
 
 PLOT_PANELS = [
     ("reward", ["reward/mean"]),
@@ -53,8 +56,14 @@ class Tracker:
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         record = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise DiskFullError(f"disk full while writing {self.path}; free some space and continue with "
+                                    f"--resume {self.run_dir}") from exc
+            raise
         numeric = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
         if self._tb is not None:
             for key, value in numeric.items():

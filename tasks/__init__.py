@@ -6,7 +6,7 @@
 """
 
 from rlvr.tasks.base import Problem, TaskSuite
-from rlvr.tasks.registry import get_task, list_tasks, register_task
+from rlvr.tasks.registry import TASKS, get_task, list_tasks, register_task
 
 # Built-in suites register themselves on import.
 from rlvr.tasks import arithmetic as _arithmetic  # noqa: E402,F401
@@ -16,4 +16,4 @@ from rlvr.tasks import code_suites as _code_suites  # noqa: E402,F401
 from rlvr.tasks import custom as _custom  # noqa: E402,F401
 from rlvr.tasks import reasoning_gym as _reasoning_gym  # noqa: E402,F401
 
-__all__ = ["Problem", "TaskSuite", "get_task", "list_tasks", "register_task"]
+__all__ = ["Problem", "TASKS", "TaskSuite", "get_task", "list_tasks", "register_task"]

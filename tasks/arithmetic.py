@@ -17,6 +17,7 @@ import random
 
 from rlvr.tasks.base import Problem, ProblemList
 from rlvr.tasks.registry import register_task
+from rlvr.verifiers.errors import InvalidValueError
 
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}  # percent of hash space
@@ -60,14 +61,14 @@ class Arithmetic(ProblemList):
         style: str = "instruct",
     ):
         if split not in _SPLIT_BUCKETS:
-            raise ValueError(f"arithmetic: unknown split {split!r}; valid splits: {', '.join(_SPLIT_BUCKETS)}")
+            raise InvalidValueError(f"arithmetic: unknown split {split!r}; valid splits: {', '.join(_SPLIT_BUCKETS)}")
         if style not in _STYLES:
-            raise ValueError(f"arithmetic: unknown style {style!r}; valid styles: {', '.join(_STYLES)}")
+            raise InvalidValueError(f"arithmetic: unknown style {style!r}; valid styles: {', '.join(_STYLES)}")
         bad_ops = set(ops) - set(_OPS)
         if not ops or bad_ops:
-            raise ValueError(f"arithmetic: ops must be a non-empty string of {' '.join(_OPS)}, got {ops!r}")
+            raise InvalidValueError(f"arithmetic: ops must be a non-empty string of {' '.join(_OPS)}, got {ops!r}")
         if max_digits < 1:
-            raise ValueError("arithmetic: max_digits must be >= 1")
+            raise InvalidValueError("arithmetic: max_digits must be >= 1")
         self.split, self.seed, self.max_digits, self.ops, self.style = split, seed, max_digits, ops, style
         self._explicit_n = n is not None
         self.n = n if n is not None else (10_000 if split == "train" else 500)
@@ -84,7 +85,7 @@ class Arithmetic(ProblemList):
         while len(problems) < self.n:
             attempts += 1
             if attempts > 200 * self.n + 10_000:
-                raise ValueError(f"arithmetic: cannot draw {self.n} distinct {self.split} problems with max_digits={self.max_digits}")
+                raise InvalidValueError(f"arithmetic: cannot draw {self.n} distinct {self.split} problems with max_digits={self.max_digits}")
             a, b, op = rng.randint(0, hi), rng.randint(0, hi), rng.choice(self.ops)
             if split_of(a, op, b) != self.split:
                 continue
@@ -103,7 +104,7 @@ class Arithmetic(ProblemList):
             drawn = [rng.choice(pool) for _ in range(self.n)]
         else:
             if self.n > len(pool) and self._explicit_n:
-                raise ValueError(f"arithmetic: only {len(pool)} distinct {self.split} problems exist with "
+                raise InvalidValueError(f"arithmetic: only {len(pool)} distinct {self.split} problems exist with "
                                  f"max_digits={self.max_digits} and ops={self.ops!r}; asked for n={self.n}")
             rng.shuffle(pool)
             drawn = pool[: self.n]

@@ -35,6 +35,7 @@ from rlvr.tasks.base import Problem
 from rlvr.tasks.loading import DataError, LoadedSuite, Record, fenced, read_records, resolve_source
 from rlvr.tasks.registry import register_task
 from rlvr.verifiers.code import humaneval_test, parse_python
+from rlvr.verifiers.errors import InvalidValueError
 
 HUMANEVAL_INSTRUCTION = ("Complete the following Python function. Reply with the whole function, including the "
                          "imports it needs, in a single ```python code block.")
@@ -147,7 +148,7 @@ class MBPP(_CodeSuite):
                  challenge_tests: bool = False, instruction: str = MBPP_INSTRUCTION, system_prompt: str | None = None,
                  on_error: str = "raise", hub_config: str = "full", hub_split: str | None = None):
         if prompt_tests < 0:
-            raise ValueError("mbpp: prompt_tests must be >= 0")
+            raise InvalidValueError("mbpp: prompt_tests must be >= 0")
         self.prompt_tests, self.challenge_tests = prompt_tests, challenge_tests
         self.instruction, self.system_prompt = instruction, system_prompt
         self.ids = MBPP_SPLITS.get(split)

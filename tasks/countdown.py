@@ -31,6 +31,7 @@ from rlvr.tasks._countdown_cd3 import CD3_TEST_NUMBER_SETS
 from rlvr.tasks.base import Problem
 from rlvr.tasks.loading import DataError, LoadedSuite, Record, read_records, resolve_source
 from rlvr.tasks.registry import register_task
+from rlvr.verifiers.errors import InvalidValueError
 
 INSTRUCTION = ("Show your reasoning, then give only the final expression inside <answer></answer> tags, "
                "for example <answer>(1 + 2) * 3</answer>.")
@@ -156,7 +157,7 @@ class Countdown(LoadedSuite):
                  system_prompt: str | None = None, on_error: str = "raise", hub_split: str = "train"):
         self._check_split(split)
         if source not in _SOURCES:
-            raise ValueError(f"countdown: source must be one of {', '.join(_SOURCES)}, got {source!r}")
+            raise InvalidValueError(f"countdown: source must be one of {', '.join(_SOURCES)}, got {source!r}")
         if source == "auto":
             source = "file" if (path is not None or split == "test") else "generate"
         self.split, self.source_kind, self.use_all = split, source, use_all
@@ -167,9 +168,9 @@ class Countdown(LoadedSuite):
             self._load(read_records(self.source, hub_split=hub_split), self._from_record, on_error)
             return
         if not 2 <= num_numbers <= GENERATE_MAX_NUMBERS:
-            raise ValueError(f"countdown: num_numbers must be in 2..{GENERATE_MAX_NUMBERS}, got {num_numbers}")
+            raise InvalidValueError(f"countdown: num_numbers must be in 2..{GENERATE_MAX_NUMBERS}, got {num_numbers}")
         if not (0 <= min_number <= max_number and min_target <= max_target):
-            raise ValueError("countdown: need 0 <= min_number <= max_number and min_target <= max_target")
+            raise InvalidValueError("countdown: need 0 <= min_number <= max_number and min_target <= max_target")
         self.source = "generated"
         self.n = n if n is not None else (10_000 if split == "train" else 500)
         self.skipped, self.errors = 0, []
@@ -183,7 +184,7 @@ class Countdown(LoadedSuite):
         while len(problems) < self.n:
             attempts += 1
             if attempts > 50 * self.n + 10_000:
-                raise ValueError(f"countdown: cannot draw {self.n} distinct {self.split} problems from "
+                raise InvalidValueError(f"countdown: cannot draw {self.n} distinct {self.split} problems from "
                                  f"{count} numbers in [{lo}, {hi}] with targets in [{tlo}, {thi}]")
             numbers = [rng.randint(lo, hi) for _ in range(count)]
             key = tuple(sorted(numbers))

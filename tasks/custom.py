@@ -34,6 +34,7 @@ from typing import Any
 from rlvr.tasks.base import Problem
 from rlvr.tasks.loading import DataError, LoadedSuite, Record, format_number, looks_like_hub_name, read_records
 from rlvr.tasks.registry import register_task
+from rlvr.verifiers.errors import InvalidValueError, MissingFileError
 
 DEFAULT_INSTRUCTIONS = {
     "math": "Think step by step, then write the final answer inside \\boxed{}.",
@@ -47,7 +48,7 @@ def _split_file(folder: Path, split: str) -> str:
         if (folder / f"{split}{suffix}").is_file():
             return str(folder / f"{split}{suffix}")
     present = sorted({p.name.split(".")[0] for p in folder.iterdir() if p.name.endswith(_DATA_SUFFIXES)})
-    raise ValueError(f"custom: no {split}.jsonl/.json/.csv/.parquet in {folder}; splits there: {', '.join(present) or 'none'}")
+    raise InvalidValueError(f"custom: no {split}.jsonl/.json/.csv/.parquet in {folder}; splits there: {', '.join(present) or 'none'}")
 
 
 @register_task("custom")
@@ -77,16 +78,16 @@ class Custom(LoadedSuite):
                  verifier: str | None = None, instruction: str | None = None, system_prompt: str | None = None,
                  on_error: str = "raise", hub_config: str | None = None):
         if path is None:
-            raise ValueError("custom: pass path= a local .jsonl/.csv/.parquet file or folder, or a Hugging Face dataset name")
+            raise InvalidValueError("custom: pass path= a local .jsonl/.csv/.parquet file or folder, or a Hugging Face dataset name")
         if not (answer_field or tests_field or reference_fields):
-            raise ValueError("custom: name the gold column: answer_field=, tests_field= or reference_fields={key: column}")
+            raise InvalidValueError("custom: name the gold column: answer_field=, tests_field= or reference_fields={key: column}")
         if answer_field and tests_field:
-            raise ValueError("custom: give answer_field or tests_field, not both")
+            raise InvalidValueError("custom: give answer_field or tests_field, not both")
         verifier = verifier or ("code" if tests_field else "math")
         from rlvr.verifiers import list_verifiers  # names only: the verifier itself runs in the trainer
 
         if verifier not in list_verifiers():
-            raise ValueError(f"custom: unknown verifier {verifier!r}; registered verifiers: {', '.join(list_verifiers())}")
+            raise InvalidValueError(f"custom: unknown verifier {verifier!r}; valid verifiers: {', '.join(list_verifiers())}")
         self.default_verifier = verifier
         self.split, self.prompt_field, self.answer_field, self.tests_field = split, prompt_field, answer_field, tests_field
         self.reference_fields = dict(reference_fields or {})
@@ -102,7 +103,7 @@ class Custom(LoadedSuite):
         elif looks_like_hub_name(str(path)):
             self.source = str(path)
         else:
-            raise FileNotFoundError(f"custom: {path} is neither a file, a folder nor a Hugging Face dataset name")
+            raise MissingFileError(f"custom: {path} is neither a file, a folder nor a Hugging Face dataset name")
         self._load(read_records(self.source, hub_split=split, hub_config=hub_config), self._build, on_error)
 
     def _prompt(self, record: Record) -> list[dict[str, str]]:

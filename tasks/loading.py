@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from rlvr.tasks.base import Problem, ProblemList
+from rlvr.verifiers.errors import InvalidValueError, MissingFileError, UserError, invalid_text
 
 DATA_DIR_ENV = "RLVR_DATA_DIR"
 ON_ERROR = ("raise", "skip")
@@ -37,7 +38,7 @@ _LOCAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".csv", ".parquet
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A row of a data file is unusable. The message names the file, the line and the field."""
 
     def __init__(self, where: str, field: str | None, message: str):
@@ -87,7 +88,30 @@ class Record:
             raise DataError(self.where, name, f"expected {expected}, got {type(value).__name__} {str(value)[:60]!r}")
         if not allow_empty and isinstance(value, (str, list)) and not (value.strip() if isinstance(value, str) else value):
             raise DataError(self.where, name, "is empty")
+        _check_nested_text(self.where, name, value)
         return value
+
+
+def check_text(where: str, value: Any, field: str) -> str:
+    """``value`` if it is text that can be encoded (UTF-8), else a :class:`DataError` naming the
+    place (see :func:`~rlvr.verifiers.errors.invalid_text`)."""
+    if not isinstance(value, str):
+        raise DataError(where, field, f"expected text, got {type(value).__name__}")
+    problem = invalid_text(value)
+    if problem:
+        raise DataError(where, field, f"{problem}; fix or drop that line")
+    return value
+
+
+def _check_nested_text(where: str, field: str, value: Any) -> None:
+    if isinstance(value, str):
+        check_text(where, value, field)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _check_nested_text(where, field, item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_nested_text(where, field, item)
 
 
 def format_number(value: int | float) -> str:
@@ -99,13 +123,28 @@ def format_number(value: int | float) -> str:
 
 # --------------------------------------------------------------------------- where the data is
 
-def project_data_dir() -> Path | None:
-    """``$RLVR_DATA_DIR`` if set, else ``../shared/data`` beside the project checkout if it exists."""
+def data_dir_candidates() -> list[tuple[str, Path]]:
+    """Where suites look for their data when given no path: ``$RLVR_DATA_DIR`` when it is set,
+    else ``shared/data`` beside the project checkout (this project's development layout)."""
     env = os.environ.get(DATA_DIR_ENV)
     if env:
-        return Path(env).expanduser()
-    guess = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    return guess if guess.is_dir() else None
+        return [(f"${DATA_DIR_ENV}", Path(env).expanduser())]
+    return [("the checkout's ../shared/data", Path(__file__).resolve().parents[1].parent / "shared" / "data")]
+
+
+def project_data_dir() -> Path | None:
+    """``$RLVR_DATA_DIR`` if set, else ``../shared/data`` beside the project checkout if it exists."""
+    label, path = data_dir_candidates()[0]
+    return path if label.startswith("$") or path.is_dir() else None
+
+
+def data_dir_help() -> str:
+    """Where the data was looked for, and how to point the suites at it (for messages)."""
+    looked = "; ".join(f"{label} = {path} ({'exists' if path.is_dir() else 'absent'})"
+                       for label, path in data_dir_candidates())
+    unset = "" if os.environ.get(DATA_DIR_ENV) else f"${DATA_DIR_ENV} is unset; "
+    return (f"looked in: {unset}{looked}. Set {DATA_DIR_ENV} to a folder holding the benchmark files "
+            "(gsm8k/, math/, math500/, humaneval/, mbpp/, countdown/, extra_math/, as in the project's shared/data)")
 
 
 def looks_like_hub_name(path: str) -> bool:
@@ -133,19 +172,18 @@ def resolve_source(suite: str, path: str | os.PathLike | None, candidates: Seque
             for rel in candidates:
                 if (local / rel).is_file():
                     return str(local / rel)
-            raise FileNotFoundError(f"{suite}: none of {', '.join(candidates)} found in folder {local}")
+            raise MissingFileError(f"{suite}: none of {', '.join(candidates)} found in folder {local}")
         if looks_like_hub_name(text):
             return text
-        raise FileNotFoundError(f"{suite}: {text} is neither a file, a folder nor a Hugging Face dataset name")
+        raise MissingFileError(f"{suite}: {text} is neither a file, a folder nor a Hugging Face dataset name")
     root = project_data_dir()
     if root is not None:
         for rel in candidates:
             if (root / rel).is_file():
                 return str(root / rel)
-    where = f"{root}" if root is not None else f"${DATA_DIR_ENV} (unset) or ../shared/data (absent)"
-    raise FileNotFoundError(
-        f"{suite}: no local data found in {where} (looked for {', '.join(candidates)}). Pass path= a local "
-        f"copy, or the Hugging Face dataset {hub_hint!r} (read through `datasets`)."
+    raise MissingFileError(
+        f"{suite}: no local data ({' or '.join(candidates)}); {data_dir_help()}; or pass path= a local copy, or the "
+        f"Hugging Face dataset {hub_hint!r} (read through `datasets`)."
     )
 
 
@@ -170,13 +208,17 @@ def read_records(source: str, *, hub_split: str = "train", hub_config: str | Non
         elif lower.endswith(".parquet"):
             yield from _read_rows(source, _parquet_rows(source), "row")
         else:
-            raise ValueError(f"{source}: unknown data format; use .jsonl, .jsonl.gz, .json, .csv or .parquet")
+            raise InvalidValueError(f"{source}: unknown data format; use .jsonl, .jsonl.gz, .json, .csv or .parquet")
         return
     yield from _read_rows(f"{source}[{hub_split}]", _hub_rows(source, hub_split, hub_config), "row")
 
 
 def _open_text(path: str):
-    return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
+    # Undecodable bytes become lone surrogates, reported with their line by check_text, instead of
+    # a UnicodeDecodeError that names neither the file nor the line.
+    if path.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", errors="surrogateescape")
+    return open(path, encoding="utf-8", errors="surrogateescape")
 
 
 def _read_jsonl(path: str) -> Iterator[Record]:
@@ -257,7 +299,7 @@ class ProblemBuilder:
 
     def __init__(self, suite: str, on_error: str = "raise"):
         if on_error not in ON_ERROR:
-            raise ValueError(f"{suite}: on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+            raise InvalidValueError(f"{suite}: on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
         self.suite, self.on_error = suite, on_error
         self.skipped = 0
         self.errors: list[str] = []
@@ -299,7 +341,7 @@ class LoadedSuite(ProblemList):
 
     def _check_split(self, split: str) -> None:
         if split not in self.splits:
-            raise ValueError(f"{self.name}: unknown split {split!r}; valid splits: {', '.join(self.splits)}")
+            raise InvalidValueError(f"{self.name}: unknown split {split!r}; valid splits: {', '.join(self.splits)}")
 
     def _load(self, records: Iterable[Record], build: Callable[[Record], Problem | None], on_error: str) -> None:
         builder = ProblemBuilder(self.name, on_error)

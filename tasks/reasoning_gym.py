@@ -30,6 +30,7 @@ from rlvr.tasks.base import Problem
 from rlvr.tasks.loading import LoadedSuite
 from rlvr.tasks.registry import register_task
 from rlvr.verifiers.reasoning_gym import reasoning_gym_library
+from rlvr.verifiers.errors import InvalidValueError
 
 INSTALL_HINT = "the reasoning_gym suite needs the reasoning-gym library: pip install reasoning-gym"
 _SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}  # percent of hash space
@@ -75,9 +76,9 @@ class ReasoningGym(LoadedSuite):
         from reasoning_gym.factory import DATASETS
 
         if not dataset:
-            raise ValueError("reasoning_gym: pass dataset=<name>; available: " + ", ".join(sorted(DATASETS)))
+            raise InvalidValueError("reasoning_gym: pass dataset=<name>; available: " + ", ".join(sorted(DATASETS)))
         if dataset not in DATASETS:
-            raise ValueError(f"reasoning_gym: unknown dataset {dataset!r}; available: {', '.join(sorted(DATASETS))}")
+            raise InvalidValueError(f"reasoning_gym: unknown dataset {dataset!r}; available: {', '.join(sorted(DATASETS))}")
         if system_prompt is None:
             from reasoning_gym.utils import SYSTEM_PROMPTS
 
@@ -111,6 +112,6 @@ class ReasoningGym(LoadedSuite):
                 meta={"dataset": dataset, "index": index, "library_seed": seed * SEED_STRIDE},
             ))
         if len(problems) < self.n:
-            raise ValueError(f"reasoning_gym: {dataset} gave only {len(problems)} distinct {split} problems in "
+            raise InvalidValueError(f"reasoning_gym: {dataset} gave only {len(problems)} distinct {split} problems in "
                              f"{budget} draws (asked for n={self.n}); its problem space may be small: lower n")
         self._problems = problems

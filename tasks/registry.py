@@ -1,8 +1,7 @@
-"""Name -> task suite factory, filled by ``@register_task`` and the ``rlvr.tasks`` entry points.
+"""Name -> task suite factory: ``@register_task`` in-process, ``rlvr.tasks`` entry points for
+third-party packages (see :mod:`rlvr.verifiers.plugins` for how names are found and loaded)::
 
-A third-party package adds suites without touching this repository::
-
-    # its pyproject.toml
+    # a plugin's pyproject.toml
     [project.entry-points."rlvr.tasks"]
     my_suite = "my_package.suites:MySuite"
 
@@ -12,16 +11,12 @@ registered in-process with the same name wins.
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import Any, Callable
 
-from rlvr.verifiers.registry import keyword_options
+from rlvr.verifiers.plugins import Registry, check_options, keyword_options
 
 ENTRY_POINT_GROUP = "rlvr.tasks"
-
-_REGISTRY: dict[str, Callable[..., Any]] = {}
-_ENTRY_POINTS: dict[str, metadata.EntryPoint] = {}  # plugins, imported on first use
-_entry_points_scanned = False
+TASKS: Registry[Callable[..., Any]] = Registry("task", entry_point_group=ENTRY_POINT_GROUP)
 
 
 def register_task(name: str, *, overwrite: bool = False) -> Callable:
@@ -30,62 +25,35 @@ def register_task(name: str, *, overwrite: bool = False) -> Callable:
     Registering a different object under a taken name is an error unless ``overwrite=True`` (the
     same class registered again, e.g. by a module reload, is fine).
     """
-
-    def decorate(factory: Callable) -> Callable:
-        existing = _REGISTRY.get(name)
-        if existing is not None and not overwrite and _origin(existing) != _origin(factory):
-            raise ValueError(f"task {name!r} is already registered by {existing!r}; pass overwrite=True")
-        _REGISTRY[name] = factory
-        return factory
-
-    return decorate
-
-
-def _origin(factory: Callable) -> tuple:
-    return (getattr(factory, "__module__", None), getattr(factory, "__qualname__", repr(factory)))
-
-
-def _scan_entry_points() -> None:
-    global _entry_points_scanned
-    if not _entry_points_scanned:
-        _entry_points_scanned = True
-        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            _ENTRY_POINTS.setdefault(ep.name, ep)
+    return lambda factory: TASKS.register(name, factory, overwrite=overwrite)
 
 
 def list_tasks() -> list[str]:
-    """Sorted names of every registered task suite (built-in and plugins)."""
-    _scan_entry_points()
-    return sorted(set(_REGISTRY) | set(_ENTRY_POINTS))
+    """Sorted names of every registered task suite (built-in and plugins, none imported)."""
+    return TASKS.names()
 
 
 def task_factory(name: str) -> Callable[..., Any]:
     """The class or factory registered under ``name`` (a plugin is imported here). An unknown
     name lists the registered suites; a plugin that fails to import names its entry point."""
-    _scan_entry_points()
-    if name not in _REGISTRY and name in _ENTRY_POINTS:
-        ep = _ENTRY_POINTS[name]
-        try:
-            _REGISTRY[name] = ep.load()
-        except Exception as exc:
-            raise ImportError(f"task plugin {name!r} ({ep.value}, entry point group {ENTRY_POINT_GROUP!r}) "
-                              f"failed to import: {type(exc).__name__}: {exc}") from exc
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown task {name!r}; registered tasks: {', '.join(list_tasks())}")
-    return _REGISTRY[name]
+    return TASKS.get(name)
+
+
+def check_task(name: str, options: dict | None = None) -> Callable[..., Any]:
+    """The factory of ``name`` after checking that it loads and takes every option in ``options``."""
+    factory = task_factory(name)
+    check_options(f"task {name!r}", factory, dict(options or {}), exclude=("self", "path", "split"))
+    return factory
 
 
 def get_task(name: str, path: str | None = None, split: str = "train", **options: Any):
-    """Build the suite ``name`` (an iterable of :class:`~tasks.base.Problem`).
+    """Build the suite ``name`` (an iterable of :class:`~rlvr.tasks.base.Problem`).
 
     ``path`` points at a local copy of the data (or a Hugging Face dataset name) for suites that
-    read data; generated suites ignore it. An unknown name lists the registered suites.
+    read data; generated suites ignore it. An unknown name lists the registered suites; an option
+    the suite does not take lists the ones it does (``path`` and ``split`` are arguments, not options).
     """
-    factory = task_factory(name)
-    valid = task_options(factory)
-    unknown = sorted(set(options) - set(valid)) if valid is not None else []
-    if unknown:
-        raise TypeError(f"task {name!r}: unknown option(s) {', '.join(unknown)}; valid options: {', '.join(valid) or 'none'}")
+    factory = check_task(name, options)
     return factory(path=path, split=split, **options)
 
 

@@ -6,14 +6,17 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.tasks.loading import data_dir_help, project_data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = ROOT.parent / "shared" / "data"
+DATA_DIR = project_data_dir()  # $RLVR_DATA_DIR, else ../shared/data beside the checkout
+DATA_MISSING = f"benchmark data not found; {data_dir_help()}; or load the suites from the hub with path=NAME"
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    if not DATA_DIR.is_dir():
-        pytest.skip(f"benchmark data not found at {DATA_DIR}")
+    if DATA_DIR is None or not DATA_DIR.is_dir():
+        pytest.skip(DATA_MISSING)
     return DATA_DIR
 
 

@@ -178,7 +178,7 @@ def test_micro_batches_with_global_denominators_sum_to_the_whole(mode):
 
 
 def test_unknown_aggregation_lists_valid_modes():
-    with pytest.raises(ValueError, match="token_mean"):
+    with pytest.raises(KeyError, match="unknown loss aggregation .sum.; valid loss aggregations: seq_mean_token_mean, seq_mean_token_sum_norm, token_mean"):
         aggregate(VALUES, MASK, "sum")
 
 

@@ -73,5 +73,5 @@ def test_sampling_params_validation():
 
 
 def test_unknown_engine_lists_the_valid_ones(engine):
-    with pytest.raises(ValueError, match="valid engines: hf"):
+    with pytest.raises(KeyError, match="valid engines: hf"):
         build_engine("sglang", engine.model, engine.tokenizer)

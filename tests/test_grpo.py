@@ -38,7 +38,8 @@ def test_short_run_writes_the_whole_run_folder(taught_model, tmp_path):
     resolved = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert resolved["optim"]["grad_clip"] == 1.0 and resolved["algorithm"]["kl_estimator"] == "k3"
     records = read_metrics(tmp_path / "metrics.jsonl")
-    assert [r["step"] for r in records] == [0, 1, 2, 3, 3]  # eval at start, 3 steps, eval at the end
+    assert [r["step"] for r in records] == [0, 1, 2, 3]  # eval at start, 3 steps; one line per step
+    assert "eval/accuracy" in records[-1] and "train/loss" in records[-1]  # the final eval joins the last step
     step = records[1]
     for key in ["reward/mean", "reward/std", "reward/accuracy", "train/entropy", "response/length_mean",
                 "response/length_max", "response/truncation_rate", "train/clip_frac_low", "train/clip_frac_high",

@@ -202,7 +202,7 @@ def test_close_stops_workers_and_a_later_batch_restarts_them():
 
 def test_configuration_errors_raise():
     with VerifierRunner(workers=0) as r:
-        with pytest.raises(KeyError, match="registered verifiers"):
+        with pytest.raises(KeyError, match="valid verifiers"):
             r.score_batch("no_such_verifier", ["a"], [{}])
         with pytest.raises(TypeError, match="valid options"):
             r.score_batch("math", ["a"], [{}], {"tolerence": 1})

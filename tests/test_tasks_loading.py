@@ -104,7 +104,7 @@ def test_custom_configuration_errors(tmp_path):
         get_task("custom", prompt_field="question", answer_field="answer")
     with pytest.raises(ValueError, match="name the gold column"):
         get_task("custom", path=str(path), prompt_field="question")
-    with pytest.raises(ValueError, match="unknown verifier 'nope'; registered verifiers: .*math"):
+    with pytest.raises(ValueError, match="unknown verifier 'nope'; valid verifiers: .*math"):
         get_task("custom", path=str(path), prompt_field="question", answer_field="answer", verifier="nope")
     with pytest.raises(FileNotFoundError, match="neither a file"):
         get_task("custom", path=str(tmp_path / "missing.jsonl"), prompt_field="question", answer_field="answer")
@@ -187,7 +187,8 @@ def test_default_location_env_var_and_error(tmp_path, monkeypatch):
     assert project_data_dir() == tmp_path
     suite = get_task("gsm8k", split="test")
     assert len(suite) == 1 and suite.source == str(tmp_path / "gsm8k" / "test.jsonl")
-    with pytest.raises(FileNotFoundError, match=r"gsm8k: no local data found .*Pass path= a local copy, or the "
+    with pytest.raises(FileNotFoundError, match=r"gsm8k: no local data \(gsm8k/train.jsonl or train.jsonl\); looked in: \$RLVR_DATA_DIR = .* \(exists\)\. "
+                                                    r"Set RLVR_DATA_DIR .* or pass path= a local copy, or the "
                                                 r"Hugging Face dataset 'openai/gsm8k'"):
         get_task("gsm8k", split="train")
     # a folder given as path is searched the same way

@@ -1,5 +1,5 @@
 """The suite registry: built-ins, ``@register_task``, the ``rlvr.tasks`` entry points, errors; and the
-contract every built-in suite keeps (TaskSuite protocol, chat prompts, registered verifiers)."""
+contract every built-in suite keeps (TaskSuite protocol, chat prompts, valid verifiers)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ BUILT_IN = {"aime24", "amc23", "arithmetic", "countdown", "custom", "gsm8k", "hu
 @pytest.fixture
 def clean_registry(monkeypatch):
     """A registry whose additions and plugin scan are undone after the test."""
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setattr(registry, "_ENTRY_POINTS", {})
-    monkeypatch.setattr(registry, "_entry_points_scanned", False)
+    private = registry.TASKS.copy()
+    private.rescan()
+    monkeypatch.setattr(registry, "TASKS", private)
 
 
 class Squares:
@@ -57,11 +57,11 @@ def test_register_and_get(clean_registry):
 
 
 def test_unknown_name_split_and_option_list_the_valid_ones():
-    with pytest.raises(KeyError, match="unknown task 'gsm9k'; registered tasks: .*gsm8k"):
+    with pytest.raises(KeyError, match="unknown task 'gsm9k'; valid tasks: .*gsm8k"):
         get_task("gsm9k")
     with pytest.raises(ValueError, match="unknown split 'validation'; valid splits: train, dev, test"):
         get_task("countdown", split="validation")
-    with pytest.raises(TypeError, match="unknown option.*max_digit\\b.*valid options: n, seed, max_digits"):
+    with pytest.raises(TypeError, match="task 'arithmetic': unknown option.*max_digit\\b.*valid options: n, seed, max_digits"):
         get_task("arithmetic", max_digit=2)
 
 
@@ -81,22 +81,24 @@ def test_entry_point_plugins_are_discovered_and_loaded_lazily(clean_registry, mo
         return [_entry_point("plugin_squares", "fake_rlvr_plugin:Squares"),
                 _entry_point("gsm8k", "fake_rlvr_plugin:Squares")]  # a built-in name: the built-in wins
 
-    monkeypatch.setattr(registry.metadata, "entry_points", fake_entry_points)
+    monkeypatch.setattr("rlvr.verifiers.plugins.metadata.entry_points", fake_entry_points)
     assert "plugin_squares" in list_tasks() and seen_groups == ["rlvr.tasks"]
-    assert "plugin_squares" not in registry._REGISTRY  # listed, not imported yet
+    assert "plugin_squares" not in registry.TASKS._loaded  # listed, not imported yet
     assert len(get_task("plugin_squares", n=4)) == 4
-    assert registry._REGISTRY["plugin_squares"] is Squares
+    assert registry.TASKS._loaded["plugin_squares"] is Squares
     assert registry.task_factory("gsm8k").__name__ == "GSM8K"
     list_tasks()
     assert seen_groups == ["rlvr.tasks"]  # scanned once
 
 
 def test_a_broken_plugin_names_its_entry_point(clean_registry, monkeypatch):
-    monkeypatch.setattr(registry.metadata, "entry_points",
+    monkeypatch.setattr("rlvr.verifiers.plugins.metadata.entry_points",
                         lambda *, group: [_entry_point("broken", "no_such_module_xyz:Suite")])
     assert "broken" in list_tasks()
-    with pytest.raises(ImportError, match="task plugin 'broken' \\(no_such_module_xyz:Suite, entry point group 'rlvr.tasks'\\) failed"):
+    with pytest.raises(ImportError, match="task 'broken' \\(no_such_module_xyz:Suite, entry point\\) failed to load: "
+                                          "ModuleNotFoundError: No module named 'no_such_module_xyz'"):
         get_task("broken")
+    assert registry.TASKS.status("broken")[0] is False
 
 
 # --- the contract of every built-in suite ------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.verifiers import get_verifier
+from tests.conftest import DATA_MISSING
 
 CASES_DIR = Path(__file__).resolve().parent / "verifier_cases"
 
@@ -67,7 +68,7 @@ def test_hand_made_cases():
 def test_real_data_cases():
     real = _load_real_module()
     if not (real.DATA / "math500" / "test.jsonl").exists():
-        pytest.skip("benchmark data (../shared/data) not present")
+        pytest.skip(DATA_MISSING)
     cases = real.real_cases(gsm8k=200, hedges=200)
     accuracy, failures, per_category = _evaluate(cases)
     assert per_category["real_math500"] >= 900 and per_category["real_hedging"] >= 1000

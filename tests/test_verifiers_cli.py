@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.verifiers.errors import UserError
+
 from rlvr.verifiers import Reward, Verifier, cli, register_verifier
 from rlvr.verifiers.audit import audit, format_report, verdict
 
@@ -17,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rlvr")
-    cli.add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    """The command as a user runs it (a user error is one line on stderr and exit status 2)."""
+    from rlvr.cli import main
+
+    return main(argv)
 
 
 def test_every_option_has_help():
@@ -44,7 +46,7 @@ def test_parse_options():
     assert cli.parse_options(["tolerance=1e-6", "fallback=none", 'parts=[{"name": "math"}]', "flag=true"]) == {
         "tolerance": 1e-6, "fallback": "none", "parts": [{"name": "math"}], "flag": True}
     assert cli.parse_options(["a=1"], '{"a": 0, "b": 2}') == {"a": 1, "b": 2}
-    with pytest.raises(SystemExit):
+    with pytest.raises(UserError, match="--option expects KEY=VALUE, got 'no_equals_sign'"):
         cli.parse_options(["no_equals_sign"])
 
 

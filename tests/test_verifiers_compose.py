@@ -85,7 +85,7 @@ def test_failures_and_abstentions():
 
 
 def test_compose_config_errors_are_loud():
-    with pytest.raises(KeyError, match="registered verifiers"):
+    with pytest.raises(KeyError, match="valid verifiers"):
         get_verifier("compose", parts=[{"name": "nope"}])
     with pytest.raises(ValueError, match="valid keys"):
         get_verifier("compose", parts=[{"name": "math", "wieght": 1}])

@@ -21,8 +21,9 @@ BUILT_INS = {"numeric", "math", "format", "length", "repetition", "compose", "tr
 @pytest.fixture
 def clean_registry(monkeypatch):
     """A private copy of the registry, with entry points not yet loaded."""
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    private = registry.VERIFIERS.copy()
+    private.rescan()
+    monkeypatch.setattr(registry, "VERIFIERS", private)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ Built-ins: ``numeric``, ``math``, ``format``, ``length``, ``repetition``, ``comp
 """
 
 from rlvr.verifiers.base import STATUSES, Reward, Verifier, coerce_reward
-from rlvr.verifiers.registry import describe_verifier, get_verifier, list_verifiers, register_verifier, verifier_factory
+from rlvr.verifiers.registry import VERIFIERS, describe_verifier, get_verifier, list_verifiers, register_verifier, verifier_factory
 
 # Built-in verifiers register themselves on import.
 from rlvr.verifiers import numeric as _numeric  # noqa: E402,F401
@@ -29,6 +29,6 @@ from rlvr.verifiers import reasoning_gym as _reasoning_gym  # noqa: E402,F401
 from rlvr.verifiers.trl import from_trl, register_trl_reward  # noqa: E402
 
 __all__ = [
-    "Reward", "STATUSES", "Verifier", "coerce_reward", "describe_verifier", "from_trl", "get_verifier",
+    "Reward", "STATUSES", "VERIFIERS", "Verifier", "coerce_reward", "describe_verifier", "from_trl", "get_verifier",
     "list_verifiers", "register_trl_reward", "register_verifier", "verifier_factory",
 ]

@@ -11,11 +11,13 @@ status counts, latency percentiles and throughput; ``--output`` writes each line
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
+
+from rlvr.verifiers.errors import InvalidValueError, MissingFileError, invalid_text
 
 
 def add_parser(subparsers) -> None:
@@ -60,11 +62,14 @@ def _add_option_args(parser: argparse.ArgumentParser) -> None:
 
 def parse_options(pairs: list[str], blob: str | None = None) -> dict:
     """``["tolerance=1e-6", "fallback=none"]`` -> ``{"tolerance": 1e-06, "fallback": "none"}``."""
-    options = dict(json.loads(blob)) if blob else {}
+    try:
+        options = dict(json.loads(blob)) if blob else {}
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise InvalidValueError(f"--options must be one JSON object, e.g. '{{\"tolerance\": 1e-4}}' ({exc})") from None
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise SystemExit(f"--option expects KEY=VALUE, got {pair!r}")
+            raise InvalidValueError(f"--option expects KEY=VALUE, got {pair!r}")
         try:
             options[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
@@ -78,43 +83,66 @@ def _reference(line: dict, completion_key: str) -> dict:
     return {k: v for k, v in line.items() if k != completion_key}
 
 
+def read_lines(path: Path, completion_key: str) -> list[dict]:
+    """The JSON objects of a JSONL file; anything unusable is an error naming the file and line."""
+    if not path.is_file():
+        raise MissingFileError(f"--input {path}: no such file")
+    rows = []
+    with path.open(encoding="utf-8", errors="surrogateescape") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                line = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise InvalidValueError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(line, dict):
+                raise InvalidValueError(f"{where}: expected a JSON object, got {type(line).__name__}")
+            if completion_key not in line:
+                raise InvalidValueError(f"{where}: no {completion_key!r} field (set --completion-key to the field "
+                                        "that holds the completion)")
+            if not isinstance(line[completion_key], str):
+                raise InvalidValueError(f"{where}: field {completion_key!r} must be text, got "
+                                        f"{type(line[completion_key]).__name__}")
+            problem = invalid_text(raw) or invalid_text(line[completion_key]) or invalid_text(json.dumps(line, ensure_ascii=False))
+            if problem:
+                raise InvalidValueError(f"{where}: the line {problem}; fix or drop it")
+            rows.append(line)
+    return rows
+
+
 def run_verify(args: argparse.Namespace) -> int:
+    from rlvr.verifiers.files import atomic_writer
+    from rlvr.verifiers.registry import check_verifier
     from rlvr.verifiers.runner import VerifierRunner
 
     options = parse_options(args.option, args.options)
-    rows = []
-    with args.input.open() as f:
-        for n, raw in enumerate(f, 1):
-            if raw.strip():
-                line = json.loads(raw)
-                if args.completion_key not in line:
-                    print(f"{args.input}:{n}: no {args.completion_key!r} field", file=sys.stderr)
-                    return 2
-                rows.append(line)
+    check_verifier(args.verifier, options)  # a bad name or option fails before the file is read
+    rows = read_lines(args.input, args.completion_key)
     start = time.perf_counter()
     statuses: Counter = Counter()
     scores, latencies = [], []
-    out = args.output.open("w") if args.output else None
-    try:
-        with VerifierRunner(workers=args.workers, timeout_s=args.timeout) as runner:
-            for i in range(0, len(rows), max(1, args.batch_size)):
-                batch = rows[i: i + args.batch_size]
-                rewards = runner.score_batch(args.verifier, [str(r[args.completion_key]) for r in batch],
-                                             [_reference(r, args.completion_key) for r in batch], options)
-                for line, reward in zip(batch, rewards):
-                    statuses[reward.status] += 1
-                    scores.append(reward.score)
-                    latencies.append(reward.latency_s)
-                    if out:
-                        line = dict(line, reward={"score": reward.score, "status": reward.status,
-                                                  "components": reward.components, "latency_ms": 1e3 * reward.latency_s,
-                                                  "info": reward.info})
-                        out.write(json.dumps(line, default=repr, ensure_ascii=False) + "\n")
-    finally:
-        if out:
-            out.close()
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(atomic_writer(args.output)) if args.output else None
+        runner = stack.enter_context(VerifierRunner(workers=args.workers, timeout_s=args.timeout))
+        for i in range(0, len(rows), max(1, args.batch_size)):
+            batch = rows[i: i + args.batch_size]
+            rewards = runner.score_batch(args.verifier, [r[args.completion_key] for r in batch],
+                                         [_reference(r, args.completion_key) for r in batch], options)
+            for line, reward in zip(batch, rewards):
+                statuses[reward.status] += 1
+                scores.append(reward.score)
+                latencies.append(reward.latency_s)
+                if out:
+                    line = dict(line, reward={"score": reward.score, "status": reward.status,
+                                              "components": reward.components, "latency_ms": 1e3 * reward.latency_s,
+                                              "info": reward.info})
+                    out.write(json.dumps(line, default=repr, ensure_ascii=False) + "\n")
     elapsed = time.perf_counter() - start
     print(summarize(args.verifier, str(args.input), scores, statuses, latencies, elapsed))
+    if args.output:
+        print(f"wrote {args.output}")
     return 0
 
 
@@ -133,14 +161,16 @@ def summarize(verifier: str, source: str, scores: list[float], statuses: Counter
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from rlvr.verifiers.registry import describe_verifier, list_verifiers
+    from rlvr.verifiers.registry import VERIFIERS, describe_verifier, list_verifiers
 
     described = []
     for name in list_verifiers():
-        try:
-            described.append(describe_verifier(name))
-        except Exception as exc:  # a broken plugin is listed, not fatal
-            described.append({"name": name, "description": f"(failed to load: {exc})", "options": {}})
+        ok, reason = VERIFIERS.status(name)
+        if ok:
+            described.append({**describe_verifier(name), "broken": None})
+        else:  # a broken plugin is listed, marked, with its whole reason; it is not fatal
+            described.append({"name": name, "description": "BROKEN: the plugin does not load (reason below)",
+                              "options": {}, "broken": reason})
     if args.json:
         print(json.dumps(described, indent=2, default=repr))
         return 0
@@ -150,6 +180,11 @@ def run_list(args: argparse.Namespace) -> int:
         if d["options"]:
             opts = ", ".join(f"{k}={v!r}" for k, v in d["options"].items())
             print(f"{'':<{width}} options: {opts}")
+    broken = [d for d in described if d["broken"]]
+    if broken:
+        print(f"\n{len(broken)} broken plugin(s); using them fails until fixed:")
+        for d in broken:
+            print(f"  {d['name']}: {d['broken']}")
     return 0
 
 

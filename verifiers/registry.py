@@ -1,4 +1,5 @@
-"""Name -> verifier factory, filled by ``@register_verifier`` and the ``rlvr.verifiers`` entry points.
+"""Name -> verifier factory: ``@register_verifier`` in-process, ``rlvr.verifiers`` entry points
+for third-party packages (see :mod:`rlvr.verifiers.plugins` for how names are found and loaded).
 
 A factory is a class (or any callable) that takes the verifier's options as keyword arguments and
 returns an object with ``name`` and ``score``. Third-party packages declare theirs in
@@ -6,92 +7,79 @@ returns an object with ``name`` and ``score``. Third-party packages declare thei
 
     [project.entry-points."rlvr.verifiers"]
     my_check = "my_package.rewards:MyCheck"
+
+Plugins are imported when their name is first asked for; one that fails to import is listed as
+broken (``rlvr verifiers list``) and raises :class:`~rlvr.verifiers.errors.PluginLoadError` with
+the reason when used, without taking the other verifiers down.
 """
 
 from __future__ import annotations
 
 import inspect
-from importlib import metadata
 from typing import Any, Callable
 
-ENTRY_POINT_GROUP = "rlvr.verifiers"
+from rlvr.verifiers.errors import OptionError
+from rlvr.verifiers.plugins import Registry, check_options, keyword_options
 
-_REGISTRY: dict[str, Callable[..., Any]] = {}
-_entry_points_loaded = False
+ENTRY_POINT_GROUP = "rlvr.verifiers"
+VERIFIERS: Registry[Callable[..., Any]] = Registry("verifier", entry_point_group=ENTRY_POINT_GROUP)
+
+__all__ = ["ENTRY_POINT_GROUP", "VERIFIERS", "describe_verifier", "get_verifier", "keyword_options",
+           "list_verifiers", "register_verifier", "verifier_factory", "verifier_options"]
 
 
 def register_verifier(name: str, *, overwrite: bool = False) -> Callable:
     """Decorator that registers a verifier class (or factory function) under ``name``.
 
-    Registering a different object under a taken name is an error unless ``overwrite=True``.
+    Registering a different object under a taken name is an error unless ``overwrite=True``. A
+    class without its own ``name`` attribute gets ``name`` set to the registered name.
     """
 
     def decorate(factory: Callable) -> Callable:
-        existing = _REGISTRY.get(name)
-        if existing is not None and not overwrite and _origin(existing) != _origin(factory):
-            raise ValueError(f"verifier {name!r} is already registered by {existing!r}; pass overwrite=True")
         if isinstance(factory, type) and getattr(factory, "name", None) in (None, "verifier"):
             factory.name = name  # type: ignore[attr-defined]
-        _REGISTRY[name] = factory
-        return factory
+        return VERIFIERS.register(name, factory, overwrite=overwrite)
 
     return decorate
 
 
-def _origin(factory: Callable) -> tuple:
-    # A module that is imported twice (reload, test collection) re-registers an equal factory.
-    return (getattr(factory, "__module__", None), getattr(factory, "__qualname__", repr(factory)))
-
-
-def _load_entry_points() -> None:
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _REGISTRY:
-            continue
-        try:
-            _REGISTRY[ep.name] = ep.load()
-        except Exception as exc:  # a broken plugin must not take the built-ins down with it
-            _REGISTRY[ep.name] = _broken_plugin(ep.name, ep.value, exc)
-
-
-def _broken_plugin(name: str, target: str, exc: Exception) -> Callable:
-    def fail(**_options: Any) -> Any:
-        raise ImportError(f"verifier plugin {name!r} ({target}) failed to load: {exc!r}") from exc
-
-    return fail
-
-
 def list_verifiers() -> list[str]:
-    """Sorted names of every registered verifier (built-ins and entry-point plugins)."""
-    _load_entry_points()
-    return sorted(_REGISTRY)
+    """Sorted names of every registered verifier (built-ins and entry-point plugins, none imported)."""
+    return VERIFIERS.names()
 
 
 def verifier_factory(name: str) -> Callable[..., Any]:
-    """The class or factory registered under ``name``; unknown names list the valid ones."""
-    _load_entry_points()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown verifier {name!r}; registered verifiers: {', '.join(list_verifiers())}") from None
+    """The class or factory registered under ``name``; an unknown name lists the valid ones."""
+    return VERIFIERS.get(name)
+
+
+def verifier_options(factory: Callable) -> list[str] | None:
+    """Keyword options a factory accepts, or None when it takes ``**kwargs`` (anything goes)."""
+    return keyword_options(factory)
+
+
+def check_verifier(name: str, options: dict | None = None) -> Callable[..., Any]:
+    """The factory of ``name`` after checking that it loads and takes every option in ``options``
+    (nothing is built). Errors name the verifier and list the valid names or options."""
+    factory = verifier_factory(name)
+    check_options(f"verifier {name!r}", factory, dict(options or {}))
+    return factory
 
 
 def get_verifier(name: str, **options: Any) -> Any:
     """Build the verifier registered under ``name`` with ``options`` as keyword arguments.
 
-    An option the verifier does not take is an error that lists the ones it does.
+    An option the verifier does not take is an :class:`~rlvr.verifiers.errors.OptionError` that
+    lists the ones it does; a bad option *value* (rejected by the verifier's constructor) is a
+    :class:`~rlvr.verifiers.errors.UserError` naming the verifier.
     """
-    factory = verifier_factory(name)
-    accepted = verifier_options(factory)
-    if accepted is not None:
-        unknown = sorted(set(options) - set(accepted))
-        if unknown:
-            valid = ", ".join(accepted) or "(none)"
-            raise TypeError(f"verifier {name!r} got unknown option(s) {unknown}; valid options: {valid}")
-    verifier = factory(**options)
+    factory = check_verifier(name, options)
+    try:
+        verifier = factory(**options)
+    except OptionError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise OptionError(f"verifier {name!r} rejected its options {options}: {exc}") from exc
     if not hasattr(verifier, "score"):
         raise TypeError(f"verifier factory {name!r} returned {verifier!r}, which has no score() method")
     return verifier
@@ -112,20 +100,3 @@ def describe_verifier(name: str) -> dict[str, Any]:
         elif p.kind is p.VAR_KEYWORD:
             options["**" + p.name] = "<any>"
     return {"name": name, "description": doc, "options": options}
-
-
-def verifier_options(factory: Callable) -> list[str] | None:
-    """Keyword options a factory accepts, or None when it takes ``**kwargs`` (anything goes)."""
-    return keyword_options(factory)
-
-
-def keyword_options(factory: Callable, exclude: tuple[str, ...] = ("self",)) -> list[str] | None:
-    """Names a callable accepts as keyword arguments (minus ``exclude``); None when it takes
-    ``**kwargs``. Shared by the verifier and task registries to reject unknown options."""
-    try:
-        params = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in exclude]

@@ -5,6 +5,10 @@ samples each), plus ``valid [P, G]``: samples whose verification failed are excl
 statistic and get advantage 0. Each returns ``advantages [P, G]``, one value per sequence that the
 loss broadcasts over its tokens.
 
+The critic-free estimators are registered in ``ADVANTAGE_ESTIMATORS`` (config field
+``algorithm.advantage``); a plugin adds one with ``@ADVANTAGE_ESTIMATORS.register("name")`` or an
+``rlvr.advantage_estimators`` entry point, as a function ``(rewards [P, G], valid [P, G]) -> [P, G]``.
+
 ``gae`` is the actor-critic estimator over per-token rewards and values ``[B, T]``.
 """
 
@@ -13,6 +17,12 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+
+from rlvr.verifiers.plugins import Registry
+
+GroupEstimator = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+ADVANTAGE_ESTIMATORS: Registry[GroupEstimator] = Registry(
+    "advantage estimator", entry_point_group="rlvr.advantage_estimators")
 
 EPS = 1e-6
 
@@ -24,6 +34,7 @@ def _masked_group_mean(rewards: torch.Tensor, valid: torch.Tensor) -> tuple[torc
     return mean, count
 
 
+@ADVANTAGE_ESTIMATORS.register("grpo")
 def grpo_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
     """GRPO group z-score:  A_i = (r_i - mean_g(r)) / (std_g(r) + eps).
 
@@ -38,6 +49,7 @@ def grpo_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None) ->
     return torch.where(valid, adv, torch.zeros_like(adv))
 
 
+@ADVANTAGE_ESTIMATORS.register("dr_grpo")
 def dr_grpo_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Dr. GRPO: A_i = r_i - mean_g(r). No division by the group std, which would up-weight
     groups that are nearly all right or all wrong (the "question difficulty" bias)."""
@@ -47,6 +59,7 @@ def dr_grpo_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None)
     return torch.where(valid, r - mean, torch.zeros_like(r))
 
 
+@ADVANTAGE_ESTIMATORS.register("rloo")
 def rloo_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
     """RLOO leave-one-out baseline: A_i = r_i - mean_{j != i} r_j = n/(n-1) * (r_i - mean_g(r)).
 
@@ -62,6 +75,7 @@ def rloo_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None) ->
     return torch.where(valid, adv, torch.zeros_like(adv))
 
 
+@ADVANTAGE_ESTIMATORS.register("reinforce_pp")
 def reinforce_pp_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
     """REINFORCE++: rewards z-scored over the whole batch, A_i = (r_i - mean_B(r)) / (std_B(r) + eps).
 
@@ -75,13 +89,6 @@ def reinforce_pp_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = 
     adv = (r - mean) / (var.sqrt() + EPS)
     return torch.where(valid, adv, torch.zeros_like(adv))
 
-
-GROUP_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]] = {
-    "grpo": grpo_advantages,
-    "dr_grpo": dr_grpo_advantages,
-    "rloo": rloo_advantages,
-    "reinforce_pp": reinforce_pp_advantages,
-}
 
 
 def gae(

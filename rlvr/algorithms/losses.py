@@ -1,9 +1,16 @@
 """Policy-gradient losses, KL estimators, entropy and the clipped value loss, as pure functions.
 
 Shapes: ``B`` sequences, ``T`` response tokens. ``mask [B, T]`` is 1 on tokens that count.
-Per-token terms are reduced to a scalar by one of the aggregation modes in ``AGGREGATIONS``; the
-denominators can be given explicitly so that a loss summed over micro-batches equals the loss of
-the whole minibatch (gradient accumulation stays exact).
+Per-token terms are reduced to a scalar by one of the aggregation modes in ``LOSS_AGGREGATIONS``;
+the denominators can be given explicitly so that a loss summed over micro-batches equals the loss
+of the whole minibatch (gradient accumulation stays exact).
+
+Three registries make the pieces pluggable (config field in brackets; a plugin registers with the
+decorator or an entry point in the group named):
+
+    POLICY_LOSSES      [algorithm.policy_loss]   rlvr.policy_losses      ppo_clip, vanilla
+    LOSS_AGGREGATIONS  [algorithm.loss_agg]      rlvr.loss_aggregations  token_mean, seq_mean_token_mean, seq_mean_token_sum_norm
+    KL_ESTIMATORS      [algorithm.kl_estimator]  rlvr.kl_estimators      k1, k2, k3
 """
 
 from __future__ import annotations
@@ -13,16 +20,23 @@ from typing import Callable
 
 import torch
 
+from rlvr.verifiers.plugins import Registry
+
+Aggregation = Callable[..., torch.Tensor]
+LOSS_AGGREGATIONS: Registry[Aggregation] = Registry("loss aggregation", entry_point_group="rlvr.loss_aggregations")
+
 # ---------------------------------------------------------------------------------------------
 # Aggregation: per-token values [B, T] -> scalar
 # ---------------------------------------------------------------------------------------------
 
 
+@LOSS_AGGREGATIONS.register("token_mean")
 def token_mean(values: torch.Tensor, mask: torch.Tensor, *, num_seqs: float, num_tokens: float, max_len: int) -> torch.Tensor:
     """DAPO: every token of the batch weighs the same, sum_{i,t} x_it / sum_i |o_i|."""
     return (values * mask).sum() / max(num_tokens, 1.0)
 
 
+@LOSS_AGGREGATIONS.register("seq_mean_token_mean")
 def seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, *, num_seqs: float, num_tokens: float, max_len: int) -> torch.Tensor:
     """GRPO: mean over sequences of each sequence's token mean, 1/G sum_i 1/|o_i| sum_t x_it.
 
@@ -32,19 +46,13 @@ def seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, *, num_seqs: f
     return per_seq.sum() / max(num_seqs, 1.0)
 
 
+@LOSS_AGGREGATIONS.register("seq_mean_token_sum_norm")
 def seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, *, num_seqs: float, num_tokens: float, max_len: int) -> torch.Tensor:
     """Dr. GRPO: token sums divided by a constant (the max response length), averaged over sequences,
     1/G sum_i 1/L_max sum_t x_it. Unbiased in length."""
     per_seq = (values * mask).sum(dim=1) / float(max_len)
     return per_seq.sum() / max(num_seqs, 1.0)
 
-
-Aggregation = Callable[..., torch.Tensor]
-AGGREGATIONS: dict[str, Aggregation] = {
-    "token_mean": token_mean,
-    "seq_mean_token_mean": seq_mean_token_mean,
-    "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
-}
 
 
 def aggregate(
@@ -61,10 +69,7 @@ def aggregate(
     ``num_seqs``/``num_tokens`` default to this batch's own counts; pass the counts of the whole
     minibatch when ``values`` is one micro-batch of it. ``max_len`` defaults to ``T``.
     """
-    try:
-        fn = AGGREGATIONS[mode]
-    except KeyError:
-        raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}") from None
+    fn = LOSS_AGGREGATIONS.get(mode)
     mask = mask.to(values.dtype)
     return fn(
         values,
@@ -91,6 +96,16 @@ class PolicyLossStats:
     approx_kl: float  # mean of k3(old || new): how far this pass has moved from the rollout policy
 
 
+PerTokenLoss = Callable[..., "tuple[torch.Tensor, torch.Tensor, torch.Tensor]"]
+#: A policy loss maps ``(logp [B, T], old_logp [B, T], advantages [B] or [B, T], *, clip_low,
+#: clip_high, dual_clip)`` to ``(loss_t [B, T], clipped_low [B, T], clipped_high [B, T])``: the
+#: per-token loss to minimise and boolean masks of the tokens whose gradient it stopped. A loss that
+#: ignores a hyperparameter takes ``**_`` for it.
+POLICY_LOSSES: Registry[PerTokenLoss] = Registry("policy loss", entry_point_group="rlvr.policy_losses",
+                                                 plural="policy losses")
+
+
+@POLICY_LOSSES.register("ppo_clip")
 def clipped_surrogate(
     logp: torch.Tensor,  # [B, T] log pi_theta(o_t | ...)
     old_logp: torch.Tensor,  # [B, T] log pi_old, the policy that sampled the batch
@@ -124,6 +139,26 @@ def clipped_surrogate(
     return loss, clipped_low, clipped_high
 
 
+@POLICY_LOSSES.register("vanilla")
+def vanilla_policy_gradient(
+    logp: torch.Tensor,  # [B, T]
+    old_logp: torch.Tensor,  # [B, T]
+    advantages: torch.Tensor,  # [B] or [B, T]
+    **_: object,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """REINFORCE with a baseline (the advantage), importance-weighted, never clipped:
+
+        l_t = -rho_t * A,   rho_t = exp(logp_t - old_logp_t)
+
+    On the batch's first pass rho = 1 and the gradient is -A * grad log pi, the classic policy
+    gradient. With several passes nothing keeps rho near 1: use ``ppo_clip`` for that.
+    """
+    adv = advantages if advantages.dim() == logp.dim() else advantages.unsqueeze(-1)
+    loss = -adv * torch.exp(logp - old_logp)
+    never = torch.zeros_like(loss, dtype=torch.bool)
+    return loss, never, never
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -134,13 +169,16 @@ def policy_loss(
     clip_high: float = 0.2,
     dual_clip: float | None = None,
     agg: str = "seq_mean_token_mean",
+    loss: str = "ppo_clip",
     num_seqs: float | None = None,
     num_tokens: float | None = None,
     max_len: int | None = None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
-    """The clipped surrogate reduced with aggregation ``agg``; see :func:`clipped_surrogate`."""
-    loss_t, low, high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high, dual_clip)
-    loss = aggregate(loss_t, mask, agg, num_seqs=num_seqs, num_tokens=num_tokens, max_len=max_len)
+    """The per-token policy loss ``loss`` (default: the clipped surrogate, :func:`clipped_surrogate`)
+    reduced with aggregation ``agg``, and its diagnostics."""
+    per_token = POLICY_LOSSES.get(loss)
+    loss_t, low, high = per_token(logp, old_logp, advantages, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip)
+    total = aggregate(loss_t, mask, agg, num_seqs=num_seqs, num_tokens=num_tokens, max_len=max_len)
     with torch.no_grad():
         m = mask.bool()
         n = m.sum().clamp(min=1)
@@ -154,7 +192,7 @@ def policy_loss(
             ratio_mean=float((ratio * m).sum() / n),
             approx_kl=float((kl_k3(old_logp, logp) * m).sum() / n),
         )
-    return loss, stats
+    return total, stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,16 +200,24 @@ def policy_loss(
 # ---------------------------------------------------------------------------------------------
 
 
+#: A KL estimator maps ``(logp [B, T], ref_logp [B, T])`` to a per-token estimate of KL(pi || pi_ref).
+KL_ESTIMATORS: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry(
+    "KL estimator", entry_point_group="rlvr.kl_estimators")
+
+
+@KL_ESTIMATORS.register("k1")
 def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """k1 = log(pi/pi_ref): unbiased for KL(pi || pi_ref) under samples of pi, but can be negative."""
     return logp - ref_logp
 
 
+@KL_ESTIMATORS.register("k2")
 def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """k2 = (log(pi/pi_ref))^2 / 2: non-negative, low variance, biased (its gradient is that of KL)."""
     return 0.5 * (logp - ref_logp) ** 2
 
 
+@KL_ESTIMATORS.register("k3")
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """k3 = pi_ref/pi - log(pi_ref/pi) - 1: unbiased and always >= 0 (GRPO's estimator).
 
@@ -179,9 +225,6 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """
     log_ratio = torch.clamp(ref_logp - logp, -20.0, 20.0)
     return torch.exp(log_ratio) - log_ratio - 1.0
-
-
-KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:

@@ -14,10 +14,12 @@ from rlvr.commands import HelpFormatter
 def _key_values(pairs: list[str], flag: str) -> dict:
     import yaml
 
+    from rlvr.verifiers.errors import InvalidValueError
+
     out = {}
     for pair in pairs:
         if "=" not in pair:
-            raise SystemExit(f"rlvr eval: {flag} {pair!r} is not of the form key=value")
+            raise InvalidValueError(f"{flag} {pair!r} is not of the form key=value")
         key, value = pair.split("=", 1)
         out[key] = yaml.safe_load(value) if value.strip() else ""
     return out
@@ -41,7 +43,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--k", default="1", help="comma-separated k values for pass@k, each <= --samples (e.g. 1,8)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (ignored with --greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold")
-    p.add_argument("--greedy", action="store_true", help="greedy decoding (every sample identical)")
+    p.add_argument("--greedy", action="store_true", help="greedy decoding (every sample identical: use it with --samples 1)")
     p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per completion")
     p.add_argument("--verifier", default=None, help="verifier to use instead of the suite's default")
     p.add_argument("--option", action="append", default=[], metavar="k=v", help="verifier option (repeatable)")
@@ -67,30 +69,47 @@ def run(args: argparse.Namespace) -> int:
         print(f"rlvr eval: every k must lie in 1..--samples ({args.samples}), got {args.k}", file=sys.stderr)
         return 2
 
-    from tqdm.auto import tqdm
+    if args.greedy and args.samples > 1:
+        print(f"rlvr eval: warning: --greedy makes all {args.samples} samples of a problem identical, so pass@k for k > 1 "
+              "equals pass@1; sample with a temperature instead (drop --greedy) or use --samples 1", file=sys.stderr)
 
     from rlvr.engines import HFEngine, SamplingParams
     from rlvr.evaluate import evaluate
-    from rlvr.models import load_policy, load_tokenizer
+    from rlvr.models import check_model_folder, load_policy, load_tokenizer
+    from rlvr.progress import make_progress
     from rlvr.runtime import quiet_transformers, resolve_device, seed_everything
     from rlvr.suites import PromptEncoder, load_suite
+    from rlvr.verifiers.registry import check_verifier
     from rlvr.verifiers.runner import VerifierRunner
 
     quiet_transformers()
     seed_everything(args.seed)
-    problems = load_suite(args.task, path=args.path, split=args.split,
-                          options=_key_values(args.task_option, "--task-option"), limit=args.limit)
-    device = resolve_device(args.device)
+    check_model_folder(args.model, "--model")
+    task_options = _key_values(args.task_option, "--task-option")
+    for argument in ("path", "split"):
+        if argument in task_options:
+            from rlvr.verifiers.errors import InvalidValueError
+
+            raise InvalidValueError(f"--task-option {argument}=...: {argument} is not a suite option; use --{argument}")
+    problems = load_suite(args.task, path=args.path, split=args.split, options=task_options, limit=args.limit)
+    verifier_options = _key_values(args.option, "--option")
+    for name in {args.verifier} if args.verifier else {p.verifier for p in problems}:
+        check_verifier(name, verifier_options if args.verifier else {})
+    device = resolve_device(args.device, "--device")
     tokenizer = load_tokenizer(args.model)
     model = load_policy(args.model, dtype=args.dtype, device=str(device)).eval()
     engine = HFEngine(model, tokenizer)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                               greedy=args.greedy)
     started = time.perf_counter()
-    with VerifierRunner(workers=args.workers, timeout_s=args.timeout) as runner, tqdm(total=len(problems), desc=f"eval {args.task}") as bar:
-        result = evaluate(engine, PromptEncoder(tokenizer), problems, runner, sampling=sampling, samples=args.samples,
-                          ks=ks, verifier=args.verifier, verifier_options=_key_values(args.option, "--option"),
-                          batch_prompts=args.batch_prompts, keep_records=args.out is not None, progress=bar.update)
+    bar = make_progress(len(problems), f"eval {args.task}", unit="problem")
+    with VerifierRunner(workers=args.workers, timeout_s=args.timeout) as runner:
+        try:
+            result = evaluate(engine, PromptEncoder(tokenizer), problems, runner, sampling=sampling, samples=args.samples,
+                              ks=ks, verifier=args.verifier, verifier_options=verifier_options,
+                              batch_prompts=args.batch_prompts, keep_records=args.out is not None, progress=bar.update)
+        finally:
+            bar.close()
     summary = {"model": str(args.model), "task": args.task, "split": args.split, **result.summary(),
                "wall_s": time.perf_counter() - started}
     print(f"{args.task} ({args.split}): {result.problems} problems x {args.samples} samples")
@@ -100,11 +119,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"  verifier status: {dict(result.status)}")
     print(f"  {summary['tokens_per_s']:,.0f} generated tokens/s, {summary['problems_per_s']:.2f} problems/s")
     if args.out is not None:
+        from rlvr.verifiers.files import atomic_write_text
+
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        with (out / "results.jsonl").open("w") as f:
-            for record in result.records:
-                f.write(json.dumps(record) + "\n")
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        atomic_write_text(out / "results.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in result.records))
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
         print(f"  wrote {out / 'results.jsonl'} and {out / 'summary.json'}")
     return 0

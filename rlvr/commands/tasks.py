@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from rlvr.commands import HelpFormatter
+from rlvr.verifiers.errors import InvalidValueError
 
 RULE = "-" * 78
 
@@ -60,7 +61,7 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--option {pair!r} is not of the form key=value")
+            raise InvalidValueError(f"--option {pair!r} is not of the form key=value")
         parsed = yaml.safe_load(value) if value.strip() else ""
         options[key.strip()] = value if parsed is None else parsed
     return options
@@ -78,7 +79,7 @@ def _sizes(factory) -> str:
         try:
             parts.append(f"{split} {len(factory(path=None, split=split)):,}")
         except Exception as exc:  # the reason goes into the table, not a traceback
-            reason = str(exc).split(";")[0].split("\n")[0][:90]
+            reason = str(exc).split(";")[0].split("\n")[0]  # the first clause, whole
             if "dataset=" in reason:
                 reason = "needs --option dataset=NAME"
             if not parts and (splits is None or isinstance(exc, (ImportError, FileNotFoundError)) or "dataset=" in reason):
@@ -88,16 +89,17 @@ def _sizes(factory) -> str:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from rlvr.tasks import list_tasks
+    from rlvr.tasks import TASKS, list_tasks
     from rlvr.tasks.registry import task_factory
 
-    rows = []
+    rows, broken = [], []
     for name in list_tasks():
-        try:
-            factory = task_factory(name)
-        except Exception as exc:
-            rows.append((name, "?", f"plugin failed to load: {exc}"))
+        ok, reason = TASKS.status(name)
+        if not ok:
+            rows.append((name, "-", "BROKEN: the plugin does not load (reason below)"))
+            broken.append((name, reason))
             continue
+        factory = task_factory(name)
         verifier = getattr(factory, "default_verifier", "?") if name != "custom" else "(option)"
         if args.no_sizes:
             sizes = ", ".join(getattr(factory, "splits", None) or ()) or "any"
@@ -109,7 +111,16 @@ def run_list(args: argparse.Namespace) -> int:
     print(f"{'suite':<{width}}{'verifier':<{vwidth}}{'splits' if args.no_sizes else 'problems per split'}")
     for name, verifier, sizes in rows:
         print(f"{name:<{width}}{verifier:<{vwidth}}{sizes}")
+    print_broken(broken)
     return 0
+
+
+def print_broken(broken: list[tuple[str, str]]) -> None:
+    """The full reason of every plugin that failed to load, after the table."""
+    if broken:
+        print(f"\n{len(broken)} broken plugin(s); using them fails until fixed:")
+        for name, reason in broken:
+            print(f"  {name}: {reason}")
 
 
 # --------------------------------------------------------------------------- show

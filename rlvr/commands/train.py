@@ -20,14 +20,18 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("config", nargs="?", help="YAML config file (optional with --resume: the run's own config.yaml)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, applied after the file")
-    p.add_argument("--out", default=None, help="run folder (overrides the config's `out`)")
+    p.add_argument("--out", default=None, help="run folder (overrides the config's `out`; without either: a new "
+                   "runs/<preset>-<timestamp>)")
     p.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue a run from its latest checkpoint (weights, optimizer, scheduler, RNG, data position)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the run already in the run folder (its config, metrics, checkpoints, final model); "
+                   "without it such a folder is refused")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.config import ConfigError, RunConfig, load_config
+    from rlvr.config import RunConfig, load_config
 
     config_path, overrides = args.config, list(args.overrides)
     if config_path is not None and "=" in config_path and not Path(config_path).exists():
@@ -41,17 +45,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.out is not None:
         overrides.append(f"out={args.out}")
-    try:
-        config = load_config(RunConfig, config_path, overrides)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    config = load_config(RunConfig, config_path, overrides)  # a ConfigError is printed by rlvr.cli
 
     from rlvr import grpo
 
-    summary = grpo.train(config, resume=args.resume is not None)
+    summary = grpo.train(config, resume=args.resume is not None, overwrite=args.overwrite)
     before, after = summary.get("accuracy_before"), summary.get("accuracy_after")
     if before is not None and after is not None:
         print(f"eval accuracy: {before:.3f} -> {after:.3f}")
-    print(f"run folder: {config.out}")
+    print(f"run folder: {summary['run_folder']}")
     return 0

@@ -1,0 +1,375 @@
+"""A mistake a user can fix is one line that names the file, line or field and the fix: no
+traceback (``--debug`` shows it), exit status 2, and nothing half-written. Each case here was hit
+by a new user from a fresh clone."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr.cli import main
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line(err: str, *fragments: str) -> None:
+    lines = [line for line in err.strip().splitlines() if not line.startswith("(rlvr --debug")]
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def write_config(path: Path, model: Path | str, out: Path | None = None, **sections) -> Path:
+    raw = {
+        "model": {"path": str(model)},
+        "data": [{"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}}],
+        "generation": {"max_new_tokens": 3},
+        "train": {"steps": 1, "prompts_per_step": 2, "group_size": 2},
+        "eval": {"at_start": False, "at_end": False},
+        "log": {"progress": False, "plot_every": 0},
+        **sections,
+    }
+    if out is not None:
+        raw["out"] = str(out)
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# rlvr train
+# ---------------------------------------------------------------------------------------------
+
+
+def test_unknown_verifier_name_and_option_fail_at_config_load(capsys, tmp_path, tiny_model):
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run", verifier={"name": "mathh"})
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert code == 2 and "verifier.name: unknown verifier 'mathh'; valid verifiers: " in err and "math" in err
+    assert not (tmp_path / "run").exists()  # nothing was started
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run",
+                       verifier={"name": "math", "options": {"tolerence": 1e-4}})
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert code == 2 and "verifier.options: verifier 'math': unknown option(s) tolerence; valid options: tolerance" in err
+
+
+def test_a_bad_verifier_option_value_fails_before_the_model_loads(capsys, tmp_path, tiny_model, monkeypatch):
+    loaded = []
+    monkeypatch.setattr("rlvr.grpo._load_policy", lambda *a, **k: loaded.append(1))
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run",
+                       verifier={"name": "length", "options": {"mode": "sideways"}})
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert_one_line(err, "verifier 'length' rejected its options", "mode must be 'overlong' or 'cosine'")
+    assert code == 2 and not loaded
+
+
+def test_missing_model_folder_is_reported_at_once(capsys, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", tmp_path / "no_such_model", tmp_path / "run")
+    started = time.perf_counter()
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert code == 2 and time.perf_counter() - started < 20  # no hub retries
+    assert_one_line(err, f"model.path: no model at {tmp_path / 'no_such_model'}")
+    cfg = write_config(tmp_path / "c.yaml", "someorg/some-model", tmp_path / "run2")
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert_one_line(err, "no model at someorg/some-model", "looks like a hub id", "--local-dir")
+
+
+def test_missing_and_empty_datasets(capsys, tmp_path, tiny_model, monkeypatch):
+    monkeypatch.setenv("RLVR_DATA_DIR", str(tmp_path / "nowhere"))
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run", data=[{"task": "gsm8k"}])
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert_one_line(err, "gsm8k: no local data", "$RLVR_DATA_DIR", "Set RLVR_DATA_DIR", "openai/gsm8k")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run2",
+                       data=[{"task": "custom", "path": str(empty), "options": {"prompt_field": "question", "answer_field": "answer"}}])
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert code == 2 and "holds no problems" in err and str(empty) in err
+
+
+def test_a_broken_jsonl_line_names_file_and_line(capsys, tmp_path, tiny_model):
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"question": "1+1=", "answer": "2"}) + "\n{oops\n")
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run",
+                       data=[{"task": "custom", "path": str(data), "options": {"prompt_field": "question", "answer_field": "answer"}}])
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert code == 2
+    assert_one_line(err, f"{data}:2", "invalid JSON")
+
+
+def test_a_lone_surrogate_in_a_prompt_names_file_and_line(capsys, tmp_path, tiny_model):
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"question": "fine", "answer": "1"}) + "\n"
+                    + '{"question": "bad \\ud800 text", "answer": "2"}\n')
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run",
+                       data=[{"task": "custom", "path": str(data), "options": {"prompt_field": "question", "answer_field": "answer"}}])
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert code == 2
+    assert_one_line(err, f"{data}:2", "'question'", "not valid Unicode")
+
+
+def test_a_plugin_that_fails_to_import(capsys, tmp_path, tiny_model, monkeypatch):
+    from importlib import metadata
+
+    from rlvr.tasks import registry
+
+    private = registry.TASKS.copy()
+    private.rescan()
+    monkeypatch.setattr(registry, "TASKS", private)
+    monkeypatch.setattr("rlvr.verifiers.plugins.metadata.entry_points",
+                        lambda *, group: [metadata.EntryPoint("my_suite", "my_missing_pkg.suites:Suite", group)]
+                        if group == "rlvr.tasks" else [])
+    monkeypatch.setattr("rlvr.tasks.TASKS", private)
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run", data=[{"task": "my_suite"}])
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert code == 2
+    assert_one_line(err, "task 'my_suite' (my_missing_pkg.suites:Suite, entry point) failed to load",
+                    "No module named 'my_missing_pkg'")
+
+
+def test_unwritable_run_folder(capsys, tmp_path, tiny_model):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, blocker / "run")
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert_one_line(err, f"cannot write to run folder {blocker / 'run'}", "choose another --out")
+    assert code == 2
+
+
+def test_resume_without_a_checkpoint(capsys, tmp_path, tiny_model):
+    code, _, err = run_cli(capsys, "train", "--resume", str(tmp_path / "nothing_here"))
+    assert code == 2
+    assert_one_line(err, "nothing_here")
+    run = tmp_path / "run"
+    run.mkdir()
+    write_config(run / "config.yaml", tiny_model, run)
+    (run / "metrics.jsonl").write_text("")
+    code, _, err = run_cli(capsys, "train", "--resume", str(run))
+    assert_one_line(err, f"--resume {run}: no complete checkpoint under {run / 'checkpoints'}")
+
+
+def test_cuda_on_a_machine_without_cuda(capsys, tmp_path, tiny_model):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run", train={"device": "cuda", "steps": 1})
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert_one_line(err, "train.device=cuda, but this machine has no CUDA device", "use cpu or auto")
+    assert code == 2 and not (tmp_path / "run").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path, tiny_model):
+    from rlvr.config import ConfigError
+
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run", verifier={"name": "mathh"})
+    with pytest.raises(ConfigError):
+        main(["--debug", "train", str(cfg)])
+
+
+# ---------------------------------------------------------------------------------------------
+# run folders: never shared by accident
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_folder_holding_a_run_is_refused_unless_resumed_or_overwritten(capsys, tmp_path, tiny_model):
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, run)
+    code, out, _ = run_cli(capsys, "train", str(cfg))
+    assert code == 0 and out.splitlines()[0] == f"run folder: {run}"
+    first = (run / "metrics.jsonl").read_text()
+    (run / "notes.txt").write_text("mine")
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert code == 2
+    assert_one_line(err, f"run folder {run} already holds a run", f"--resume {run}", "--overwrite", "--out")
+    assert (run / "metrics.jsonl").read_text() == first  # untouched
+    code, _, _ = run_cli(capsys, "train", str(cfg), "--overwrite")
+    assert code == 0 and (run / "notes.txt").read_text() == "mine"  # only the run's own files were replaced
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == len(first.splitlines())
+
+
+def test_without_out_each_run_gets_a_new_folder(capsys, tmp_path, tiny_model, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = write_config(tmp_path / "c.yaml", tiny_model)
+    folders = []
+    for _ in range(2):
+        code, out, _ = run_cli(capsys, "train", str(cfg))
+        assert code == 0
+        folders.append(out.splitlines()[0].removeprefix("run folder: "))
+    assert folders[0] != folders[1] and all(f.startswith("runs/grpo-") for f in folders)
+    assert all((tmp_path / f / "metrics.jsonl").is_file() for f in folders)
+
+
+def test_resuming_a_finished_run_writes_no_duplicate_steps(capsys, tmp_path, tiny_model):
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, run, train={"steps": 2, "prompts_per_step": 2, "group_size": 2},
+                       eval={"at_start": True, "at_end": True, "limit": 4, "every": 1})
+    assert run_cli(capsys, "train", str(cfg))[0] == 0
+    assert run_cli(capsys, "train", "--resume", str(run))[0] == 0
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------------------------------
+# rlvr sft, rlvr eval, rlvr verify
+# ---------------------------------------------------------------------------------------------
+
+
+def test_sft_on_a_suite_without_solutions(capsys, tmp_path, tiny_model):
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"question": "1+1=", "answer": "2"}) + "\n")
+    cfg = tmp_path / "sft.yaml"
+    cfg.write_text(yaml.safe_dump({"model": {"path": str(tiny_model)}, "out": str(tmp_path / "run"),
+                                   "data": {"task": "custom", "path": str(data), "options": {"prompt_field": "question", "answer_field": "answer"}}}))
+    code, _, err = run_cli(capsys, "sft", str(cfg))
+    assert code == 2
+    assert_one_line(err, "task 'custom' has no gold solution for 1 of 1 problems", "JSONL file")
+
+
+def test_eval_with_an_unknown_task_or_a_suite_argument_as_option(capsys, tiny_model):
+    code, _, err = run_cli(capsys, "eval", "--model", str(tiny_model), "--task", "gsm9k")
+    assert_one_line(err, "unknown task 'gsm9k'; valid tasks: ", "gsm8k")
+    code, _, err = run_cli(capsys, "eval", "--model", str(tiny_model), "--task", "arithmetic", "--task-option", "path=x")
+    assert_one_line(err, "--task-option path=...: path is not a suite option; use --path")
+    assert code == 2
+
+
+def test_eval_greedy_with_several_samples_warns(capsys, tiny_model):
+    code, _, err = run_cli(capsys, "eval", "--model", str(tiny_model), "--task", "arithmetic", "--task-option",
+                           "style=bare", "--limit", "2", "--samples", "2", "--greedy", "--max-new-tokens", "2",
+                           "--workers", "0")
+    assert code == 0 and "--greedy makes all 2 samples of a problem identical" in err
+
+
+def test_verify_input_missing_or_broken(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "verify", "--verifier", "math", "--input", str(tmp_path / "none.jsonl"))
+    assert_one_line(err, f"--input {tmp_path / 'none.jsonl'}: no such file")
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"completion": "\\boxed{1}", "answer": "1"}) + "\n" + "{broken\n")
+    code, _, err = run_cli(capsys, "verify", "--verifier", "math", "--input", str(src))
+    assert_one_line(err, f"{src}:2: not valid JSON")
+    assert code == 2
+
+
+def test_verify_a_lone_surrogate_names_the_line_and_leaves_no_partial_output(capsys, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"completion": "\\boxed{1}", "answer": "1"}) + "\n"
+                   + '{"completion": "so \\ud800 \\\\boxed{2}", "answer": "2"}\n')
+    out = tmp_path / "out.jsonl"
+    code, _, err = run_cli(capsys, "verify", "--verifier", "math", "--input", str(src), "--output", str(out),
+                           "--workers", "0")
+    assert code == 2
+    assert_one_line(err, f"{src}:2", "not valid Unicode", "'\\ud800'")
+    assert not out.exists() and not list(tmp_path.glob(".out.jsonl.tmp*"))
+
+
+def test_verify_output_is_written_whole(capsys, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"completion": f"\\boxed{{{k}}}", "answer": "3"}) + "\n" for k in range(5)))
+    out = tmp_path / "out.jsonl"
+    code, stdout, _ = run_cli(capsys, "verify", "--verifier", "math", "--input", str(src), "--output", str(out),
+                              "--workers", "0")
+    assert code == 0 and f"wrote {out}" in stdout
+    assert [json.loads(line)["reward"]["score"] for line in out.read_text().splitlines()] == [0, 0, 0, 1, 0]
+
+
+def test_disk_full_while_checkpointing_names_the_file(tmp_path, monkeypatch):
+    """torch.save reports a full disk as "unexpected pos ..." (a RuntimeError without errno)."""
+    import errno
+
+    import torch
+
+    from rlvr import checkpoint
+    from rlvr.verifiers.files import DiskFullError
+
+    class Model:
+        def save_pretrained(self, folder):
+            Path(folder).mkdir(parents=True)
+
+    def full(*_a, **_k):
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 123 vs 456")
+
+    monkeypatch.setattr(checkpoint.torch, "save", full)
+    monkeypatch.setattr("rlvr.verifiers.files.shutil.disk_usage", lambda _p: type("U", (), {"free": 0})())
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    tok = Model()
+    tok.save_pretrained = lambda folder: None
+    with pytest.raises(DiskFullError, match=r"disk full while writing checkpoint .*step_000007 \(no earlier checkpoint "
+                                            r"exists\); free some space and continue with --resume"):
+        checkpoint.save_checkpoint(tmp_path, 7, model=Model(), tokenizer=tok, optimizer=opt, scheduler=sched, extra={})
+    assert not list((tmp_path / "checkpoints").iterdir())  # the partial copy is gone
+
+    def enospc(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    from rlvr.tracking import Tracker
+
+    tracker = Tracker(tmp_path)
+    tracker._file.close()
+    tracker._file = type("F", (), {"write": enospc, "flush": lambda self: None, "close": lambda self: None})()
+    with pytest.raises(DiskFullError, match=f"disk full while writing {tmp_path / 'metrics.jsonl'}"):
+        tracker.log(1, {"x": 1.0})
+
+
+# ---------------------------------------------------------------------------------------------
+# prompts longer than the model's context, broken plugins in listings
+# ---------------------------------------------------------------------------------------------
+
+
+def test_prompts_too_long_for_the_context_are_skipped_or_refused(capsys, tmp_path, tiny_model):
+    from transformers import AutoConfig
+
+    context = AutoConfig.from_pretrained(tiny_model).max_position_embeddings
+    data = tmp_path / "data.jsonl"
+    rows = [{"question": f"{a}+{a}=", "answer": str(2 * a)} for a in range(6)]
+    rows.append({"question": "7" * (200 * context), "answer": "1"})  # 200x the context, in characters
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    entry = {"task": "custom", "path": str(data), "options": {"prompt_field": "question", "answer_field": "answer"}}
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run", data=[entry])
+    code, out, _ = run_cli(capsys, "train", str(cfg))
+    assert code == 0
+    assert f"1 of 7 prompts of suite 'custom' are longer than {context - 3} tokens" in out and "skipped" in out
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run2", data=[entry],
+                       generation={"max_new_tokens": 3, "overlong_prompts": "error"})
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert code == 2
+    assert_one_line(err, "1 of 7 prompts", "custom/", "generation.overlong_prompts=skip")
+
+
+def test_broken_plugins_are_marked_in_listings_with_the_whole_reason(capsys, monkeypatch):
+    from importlib import metadata
+
+    from rlvr.tasks import registry as task_registry
+    from rlvr.verifiers import registry as verifier_registry
+
+    reason = "a reason long enough to have been cut mid-word by the old listing, " * 3
+    module = type(sys)("broken_listing_plugin")
+    monkeypatch.setitem(sys.modules, "broken_listing_plugin", module)
+
+    def getattr_fails(name):
+        raise ImportError(reason)
+
+    module.__getattr__ = getattr_fails
+    groups = {"rlvr.tasks": "my_broken_suite", "rlvr.verifiers": "my_broken_check"}
+    monkeypatch.setattr("rlvr.verifiers.plugins.metadata.entry_points",
+                        lambda *, group: [metadata.EntryPoint(groups[group], "broken_listing_plugin:Thing", group)]
+                        if group in groups else [])
+    for registry_module, attr in [(task_registry, "TASKS"), (verifier_registry, "VERIFIERS")]:
+        private = getattr(registry_module, attr).copy()
+        private.rescan()
+        monkeypatch.setattr(registry_module, attr, private)
+    monkeypatch.setattr("rlvr.tasks.TASKS", task_registry.TASKS)
+    code, out, _ = run_cli(capsys, "verifiers", "list")
+    assert code == 0 and "my_broken_check" in out and "BROKEN" in out and reason.strip() in out
+    assert "math" in out  # the others are still listed
+    code, out, _ = run_cli(capsys, "tasks", "list", "--no-sizes")
+    assert code == 0 and "my_broken_suite" in out and "BROKEN" in out and reason.strip() in out
