@@ -105,6 +105,9 @@ class VerifierConfig(Section):
         "mask", description="samples whose verification timed out or errored: masked out of the loss, or scored 0"
     )
     success_threshold: float = Field(1.0, description="a sample counts as correct (accuracy) when score >= this")
+    max_error_frac: float = Field(
+        0.5, ge=0, le=1, description="stop the run when more than this fraction of one step's samples got status "
+        "error from the verifier (its first traceback is printed once, whatever the fraction)")
 
     @model_validator(mode="after")
     def _known_verifier_and_options(self) -> "VerifierConfig":

@@ -108,6 +108,8 @@ def evaluate(
                 [c.text for i in indices for c in groups[i]],
                 [chunk[i].reference for i in indices for _ in range(samples)],
                 verifier_options if verifier else None,
+                prompts=[chunk[i].prompt for i in indices for _ in range(samples)],
+                finish_reasons=[c.finish_reason for i in indices for c in groups[i]],
             )
             for j, i in enumerate(indices):
                 rewards[i] = flat[j * samples : (j + 1) * samples]

@@ -33,7 +33,7 @@ from rlvr.progress import make_progress
 from rlvr.run_folder import RunFolderError, prepare_run_folder
 from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads, set_rng_state
 from rlvr.suites import PromptEncoder, drop_overlong_prompts, load_eval_suites, load_training_suites
-from rlvr.tracking import Alarms, Tracker, plot_metrics
+from rlvr.tracking import Alarms, Tracker, VerifierErrors, plot_metrics
 from rlvr.verifiers.registry import get_verifier
 from rlvr.verifiers.runner import VerifierRunner
 
@@ -106,6 +106,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
         run_evaluation(0)
 
     progress = _progress_bar(config, start_step)
+    verifier_errors = VerifierErrors(config.verifier.max_error_frac, printer=progress.write if progress else print)
     try:
         for step in range(start_step + 1, t.steps + 1):
             step_start = time.perf_counter()
@@ -117,6 +118,9 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                 verifier_options=config.verifier.options, success_threshold=config.verifier.success_threshold,
                 dynamic_sampling=algo.dynamic_sampling, max_resample_rounds=algo.max_resample_rounds,
             )
+            rewards = [r for g in groups for r in g.rewards]
+            error_frac = verifier_errors.update(
+                step, rewards, lambda i: config.verifier.name or groups[i // t.group_size].problem.verifier)
             samples = sample_tensors(
                 groups, on_failure=config.verifier.on_failure, success_threshold=config.verifier.success_threshold,
                 overlong=algo.overlong, max_new_tokens=gen.max_new_tokens, overlong_buffer=algo.overlong_buffer,
@@ -150,6 +154,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             # ---- 5. metrics, alarms ------------------------------------------------------------
             metrics = step_metrics(groups, samples, rollout, update, seq_kl, mixed=len(suites) > 1)
             metrics.update({
+                "verify/error_frac": error_frac,
                 "train/lr": scheduler.get_last_lr()[0],
                 "time/generate": rollout.generate_s,
                 "time/verify": rollout.verify_s,

@@ -135,6 +135,8 @@ def score_groups(runner: VerifierRunner, groups: list[Group], verifier: str | No
             [g.completions[i].text for g, i in items],
             [g.problem.reference for g, i in items],
             options if verifier else None,
+            prompts=[g.problem.prompt for g, i in items],
+            finish_reasons=[g.completions[i].finish_reason for g, i in items],
         )
         for (group, i), reward in zip(items, rewards):
             group.rewards[i] = reward

@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from rlvr.verifiers.errors import UserError
 from rlvr.verifiers.files import DiskFullError
 
 PLOT_PANELS = [
@@ -193,3 +194,41 @@ class Alarms:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.streak.update(state["streak"])
         self.fired = [tuple(x) for x in state["fired"]]
+
+
+class VerifierFailure(UserError):
+    """Too many of a step's samples could not be verified: training on what is left would learn from
+    a broken reward (masked or zero-scored samples), so the run stops."""
+
+
+class VerifierErrors:
+    """Watches verifier errors: prints the first traceback of the run once, and stops the run
+    (:class:`VerifierFailure`) when more than ``max_frac`` of one step's samples errored.
+
+    A verifier that raises on every sample used to train with loss 0 for the whole run and exit 0,
+    showing only a misleading zero-variance alarm.
+    """
+
+    def __init__(self, max_frac: float, printer=print):
+        self.max_frac = max_frac
+        self.printer = printer
+        self.shown = False
+
+    def update(self, step: int, rewards: list, verifier_of) -> float:
+        """The fraction of ``rewards`` with status ``error`` (raises past ``max_frac``).
+        ``verifier_of(i)`` names the verifier of reward ``i``, for messages."""
+        errors = [i for i, r in enumerate(rewards) if r.status == "error"]
+        frac = len(errors) / max(1, len(rewards))
+        if errors and not self.shown:
+            self.shown = True
+            first = rewards[errors[0]]
+            detail = first.info.get("traceback") or first.info.get("error", "(no details)")
+            self.printer(f"verifier {verifier_of(errors[0])!r} failed on {len(errors)} of {len(rewards)} samples at step "
+                         f"{step} (shown once; counted every step as verify/error_frac). First error:\n{detail.rstrip()}")
+        if errors and frac > self.max_frac:
+            first = rewards[errors[0]]
+            raise VerifierFailure(
+                f"verifier {verifier_of(errors[0])!r} failed on {len(errors)} of {len(rewards)} samples at step {step}, "
+                f"more than verifier.max_error_frac={self.max_frac:g}: {first.info.get('error', '(no details)')}. Fix the "
+                "verifier or its reference data (`rlvr verify` reproduces it offline), or raise verifier.max_error_frac")
+        return frac

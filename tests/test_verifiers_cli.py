@@ -135,9 +135,25 @@ class NeedsTests(Verifier):
 
 def test_audit_of_a_verifier_with_another_reference_shape():
     report = audit("test_needs_tests", timeout_s=3)
-    assert report.ok and "audit_cases()" in report.note
-    assert {r.verdict for r in report.rows if r.category == "golden"} == {"n/a"}
+    assert report.ok and "audit_cases()" in report.note and "no built-in golden set" in report.note
+    assert not [r for r in report.rows if r.category == "golden"]  # the math set is not its yardstick
     assert all(r.verdict.startswith("caught") for r in report.rows if r.category in ("giant", "pathological"))
+
+
+@register_verifier("test_other_kind")
+class OtherKind(Verifier):
+    """A plugin that scores something else than final answers, and scores 0 (not error) on them."""
+
+    def score(self, completion, reference):
+        return Reward(float(completion.strip().endswith(".")))
+
+
+def test_audit_of_a_non_answer_plugin_passes_without_the_math_set(capsys):
+    """Before: the math golden set was applied to every verifier without audit_cases(), so a
+    plugin of another kind failed its audit by default (MISSED on every math golden case)."""
+    assert run(["verifiers", "audit", "test_other_kind"]) == 0
+    text = capsys.readouterr().out
+    assert "result: PASS" in text and "kind 'other'" in text and "MISSED" not in text
 
 
 def test_verdicts():

@@ -5,7 +5,7 @@ Started by :class:`verifiers.pool.WorkerPool` as a fresh interpreter
 nothing of the trainer (no torch). Frames on both pipes are a 4-byte big-endian length followed by
 a pickle. Messages::
 
-    parent -> worker   ("score", spec, blob | None, [(item_id, completion, reference), ...])
+    parent -> worker   ("score", spec, blob | None, [(item_id, completion, reference, context), ...])
     worker -> parent   ("ready", pid)
                        ("result", item_id, (score, status, components, latency_s, info))
                        ("unportable", spec, error)      the verifier could not be rebuilt here
@@ -85,7 +85,7 @@ def main() -> None:
     _limit_memory()
 
     from rlvr import verifiers  # noqa: F401  (registers the built-ins)
-    from rlvr.verifiers.base import Reward
+    from rlvr.verifiers.base import error_reward, score_sample
     from rlvr.verifiers.math import symbolic
 
     symbolic.warm()  # import sympy/math-verify now, not inside the first item's deadline
@@ -105,12 +105,12 @@ def main() -> None:
                 out.write(encode_frame(("unportable", spec, f"{type(exc).__name__}: {exc}")))
                 continue
             instances[spec] = impl
-        for item_id, completion, reference in items:
+        for item_id, completion, reference, context in items:
             start = time.perf_counter()
             try:
-                reward = impl.score(completion, reference)
+                reward = score_sample(impl, completion, reference, context)
             except Exception as exc:  # a broken verifier reports an error; it does not kill the worker
-                reward = Reward(0.0, status="error", info={"error": f"{type(exc).__name__}: {exc}"[:1000]})
+                reward = error_reward(exc)
             result = _result_tuple(reward)
             if not result[3]:
                 result = result[:3] + (time.perf_counter() - start,) + result[4:]

@@ -1,7 +1,8 @@
 """Test a verifier before training: golden cases and adversarial probes, as a table.
 
 ``audit("math")`` scores the verifier's golden cases (its own ``audit_cases()`` if it has one,
-else the built-in final-answer set of :mod:`verifiers.golden`) and the hostile-input probes
+else the built-in set for its ``kind``: the final-answer set of :mod:`verifiers.golden` for
+``kind = "answer"``; other kinds have no built-in set, and the report says so) and the hostile-input probes
 (giant input, pathological LaTeX, empty answers, missing reference fields) through a
 :class:`~verifiers.runner.VerifierRunner` with a worker process, so a hang shows up as a
 ``timeout`` instead of freezing the audit. Each probe gets a verdict:
@@ -11,7 +12,6 @@ ok            a golden case scored as expected
 MISSED        a correct response earned no credit (or the exact score differs: WRONG)
 caught        a response that must not earn credit did not (score <= 0, or timeout/error)
 LET THROUGH   a wrong, hedged, hacked or hostile response earned credit
-n/a           the built-in final-answer cases, for a verifier that rejects their references
 ============  ==============================================================================
 
 ``AuditReport.ok`` is False when a golden case failed or a hedge or hostile input got through;
@@ -29,7 +29,6 @@ from rlvr.verifiers.registry import get_verifier
 from rlvr.verifiers.runner import VerifierRunner
 
 INFORMATIONAL = ("format_hack",)
-BORROWED_CATEGORIES = ("golden", "hedging", "empty", "format_hack")  # the built-in final-answer set
 
 
 @dataclass
@@ -66,10 +65,17 @@ class AuditReport:
 def probes_for(verifier) -> tuple[list[dict], str]:
     """The verifier's golden probes plus the safety probes, and a note on where they came from."""
     own = getattr(verifier, "audit_cases", None)
+    kind = getattr(verifier, "kind", "other")
     if callable(own):
         cases, note = list(own()), "golden cases: the verifier's own audit_cases()"
-    else:
+    elif kind == "answer":
         cases, note = golden.answer_probes(), "golden cases: the built-in final-answer set (reference {'answer': ...})"
+    else:
+        cases = []
+        note = (f"golden cases: none. There is no built-in golden set for a verifier of kind {kind!r} (only "
+                "kind = 'answer' verifiers, which compare a final answer with reference['answer'], get the "
+                "final-answer set); only the hostile-input probes ran. Give the verifier an audit_cases() method "
+                "(see docs/verifiers.md) to audit what it should accept and reject")
     reference = getattr(verifier, "audit_reference", None)
     return cases + golden.safety_probes(reference), note
 
@@ -97,13 +103,6 @@ def audit(name: str, options: dict | None = None, *, timeout_s: float = 5.0, wor
         report.rows.append(AuditRow(probe["id"], probe["category"], probe["expect"], reward.score, reward.status,
                                     1e3 * reward.latency_s, verdict(probe["expect"], reward.score, reward.status),
                                     reward.info.get("extracted")))
-    borrowed = [r for r in report.rows if r.category in BORROWED_CATEGORIES]
-    if not callable(getattr(verifier, "audit_cases", None)) and borrowed and all(r.status == "error" for r in borrowed):
-        # The verifier rejects the built-in {"answer": ...} references outright: those cases do not apply to it.
-        for r in borrowed:
-            r.verdict = "n/a"
-        report.note += ("; the verifier reports status=error on all of them (it expects another reference), so they "
-                        "are marked n/a: give it an audit_cases() method to audit its golden behaviour")
     return report
 
 

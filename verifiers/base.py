@@ -1,6 +1,14 @@
-"""The reward contract: a completion and its reference in, a typed :class:`Reward` out.
+"""The reward contract: a sample in, a typed :class:`Reward` out.
 
-A verifier is any object with a ``name`` and a ``score(completion, reference)`` method. It never
+A verifier is any object with a ``name`` and a ``score(completion, reference)`` method. The rest
+of the sample reaches a verifier that asks for it, as keyword-only arguments of ``score``
+(:data:`CONTEXT_FIELDS`), the same way in training, ``rlvr eval`` and ``rlvr verify``:
+
+* ``prompt``: the chat messages the model answered, ``[{"role": ..., "content": ...}, ...]``;
+* ``finish_reason``: ``"stop"`` (the model ended its answer) or ``"length"`` (cut off at the token
+  budget), None when unknown (e.g. a JSONL line without one).
+
+A ``score`` that takes neither is called with the completion and reference only. It never
 raises for bad *model output* (that is a score of 0 with status ``ok``); it reports *its own*
 failure through ``status`` so the trainer can tell "the answer is wrong" apart from "we could not
 check the answer":
@@ -27,11 +35,15 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 STATUSES = ("ok", "timeout", "error", "abstain")
+#: The parts of a sample besides the completion and reference that a verifier may ask for, as
+#: keyword-only parameters of ``score`` (a ``**kwargs`` parameter asks for all of them).
+CONTEXT_FIELDS = ("prompt", "finish_reason")
 
 
 @dataclass
@@ -58,6 +70,9 @@ class Reward:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"Reward.status must be one of {STATUSES}, got {self.status!r}")
+        if isinstance(self.score, (str, bytes)) or not hasattr(self.score, "__float__"):
+            # float("1.0") would silently accept a verifier's bug (a score built as text)
+            raise TypeError(f"Reward.score must be a number, got {type(self.score).__name__} {self.score!r}")
         self.score = float(self.score)
         if not math.isfinite(self.score):
             raise ValueError(f"Reward.score must be finite, got {self.score!r}")
@@ -83,16 +98,75 @@ def coerce_reward(value: Any) -> Reward:
     return Reward(0.0, status="error", info={"error": f"verifier returned {type(value).__name__}, not a Reward"})
 
 
+def context_fields(verifier: Any) -> tuple[str, ...]:
+    """The :data:`CONTEXT_FIELDS` that ``verifier.score`` takes (all of them with ``**kwargs``)."""
+    method = getattr(verifier, "score", None)
+    owner = getattr(type(verifier), "score", None)
+    if owner is not None and getattr(method, "__func__", None) is owner:
+        return _context_fields_of(owner)  # a method of the class: inspected once per class
+    return _inspect_context_fields(method)
+
+
+_FIELDS_CACHE: dict[Any, tuple[str, ...]] = {}
+
+
+def _context_fields_of(function: Any) -> tuple[str, ...]:
+    try:
+        return _FIELDS_CACHE[function]
+    except (KeyError, TypeError):
+        fields = _inspect_context_fields(function)
+        try:
+            _FIELDS_CACHE[function] = fields
+        except TypeError:
+            pass
+        return fields
+
+
+def _inspect_context_fields(function: Any) -> tuple[str, ...]:
+    try:
+        params = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return ()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return CONTEXT_FIELDS
+    return tuple(f for f in CONTEXT_FIELDS if f in params and params[f].kind is not inspect.Parameter.POSITIONAL_ONLY)
+
+
+def score_sample(verifier: Any, completion: str, reference: dict, context: dict | None = None) -> Any:
+    """``verifier.score(completion, reference, **the context fields it takes)``; what it returned."""
+    if context:
+        wanted = context_fields(verifier)
+        kwargs = {k: context[k] for k in wanted if k in context}
+        if kwargs:
+            return verifier.score(completion, reference, **kwargs)
+    return verifier.score(completion, reference)
+
+
+def error_reward(exc: BaseException) -> Reward:
+    """``status="error"`` for a verifier that raised: the exception in ``info["error"]`` and its
+    traceback in ``info["traceback"]`` (the trainer prints the first one of a run)."""
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return Reward(0.0, status="error", info={"error": f"{type(exc).__name__}: {exc}"[:1000], "traceback": text[-4000:]})
+
+
 class Verifier:
     """Base class for reward plugins (subclassing is optional: any object with ``name`` and
     ``score`` works).
 
     Subclasses take their options as keyword arguments of ``__init__`` so that
-    ``get_verifier("name", **options)`` can build them from a config file.
+    ``get_verifier("name", **options)`` can build them from a config file. To see the prompt or
+    the finish reason, declare them: ``def score(self, completion, reference, *, prompt=None,
+    finish_reason=None)``.
     """
 
     name: ClassVar[str] = "verifier"
     description: ClassVar[str] = ""
+    #: What the verifier checks, which picks the built-in golden cases ``rlvr verifiers audit``
+    #: uses when it has no ``audit_cases()``: ``"answer"`` (a final answer against
+    #: ``reference["answer"]``: the math final-answer set); anything else has no built-in set.
+    kind: ClassVar[str] = "other"
     #: False for verifiers whose score may change between calls (sampling judges, learned models):
     #: the runner then never serves them from its cache.
     cacheable: ClassVar[bool] = True

@@ -25,14 +25,18 @@ def spec_key(name: str, options: dict) -> str:
     return name + "\0" + json.dumps(options, sort_keys=True, default=repr, separators=(",", ":"))
 
 
-def item_key(spec: str, completion: str, reference: dict) -> bytes:
-    """16-byte digest of one scoring request."""
+def item_key(spec: str, completion: str, reference: dict, context: dict | None = None) -> bytes:
+    """16-byte digest of one scoring request (the context, e.g. the prompt, only where the verifier
+    takes it: a verifier that ignores it scores the same completion the same way for any prompt)."""
     h = hashlib.blake2b(digest_size=16)
     h.update(spec.encode())
     h.update(b"\0")
     h.update(completion.encode("utf-8", "surrogatepass"))
     h.update(b"\0")
     h.update(json.dumps(reference, sort_keys=True, default=repr, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+    if context:
+        h.update(b"\0")
+        h.update(json.dumps(context, sort_keys=True, default=repr, separators=(",", ":")).encode("utf-8", "surrogatepass"))
     return h.digest()
 
 

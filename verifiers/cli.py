@@ -1,9 +1,11 @@
 """Command line: ``rlvr verify`` and ``rlvr verifiers list | audit`` (no torch is imported).
 
 ``rlvr verify --verifier NAME [--option k=v ...] --input FILE.jsonl [--output OUT.jsonl]`` scores
-every line: the completion is ``line[--completion-key]`` ("completion"); the reference is
-``line["reference"]`` when that is an object, else every other field of the line (so a line
-``{"completion": "... \\\\boxed{42}", "answer": "42"}`` works as is). It prints the mean score,
+every line: the completion is ``line[--completion-key]`` ("completion"); ``line["prompt"]`` (text
+or chat messages) and ``line["finish_reason"]`` ("stop" / "length"), when present, reach the
+verifiers that take them, as in training; the reference is ``line["reference"]`` when that is an
+object, else every other field of the line (so a line ``{"completion": "... \\\\boxed{42}",
+"answer": "42"}`` works as is). It prints the mean score,
 status counts, latency percentiles and throughput; ``--output`` writes each line back with a
 ``reward`` object added.
 """
@@ -77,10 +79,21 @@ def parse_options(pairs: list[str], blob: str | None = None) -> dict:
     return options
 
 
+CONTEXT_KEYS = ("prompt", "finish_reason")  # fields of a line that are the sample's, not the reference's
+
+
 def _reference(line: dict, completion_key: str) -> dict:
     if isinstance(line.get("reference"), dict):
         return line["reference"]
-    return {k: v for k, v in line.items() if k != completion_key}
+    return {k: v for k, v in line.items() if k != completion_key and k not in CONTEXT_KEYS}
+
+
+def _prompt(line: dict) -> list | None:
+    """The line's ``prompt`` as chat messages (a string is one user message), or None."""
+    prompt = line.get("prompt")
+    if prompt is None or isinstance(prompt, list):
+        return prompt
+    return [{"role": "user", "content": str(prompt)}]
 
 
 def read_lines(path: Path, completion_key: str) -> list[dict]:
@@ -129,7 +142,9 @@ def run_verify(args: argparse.Namespace) -> int:
         for i in range(0, len(rows), max(1, args.batch_size)):
             batch = rows[i: i + args.batch_size]
             rewards = runner.score_batch(args.verifier, [r[args.completion_key] for r in batch],
-                                         [_reference(r, args.completion_key) for r in batch], options)
+                                         [_reference(r, args.completion_key) for r in batch], options,
+                                         prompts=[_prompt(r) for r in batch],
+                                         finish_reasons=[r.get("finish_reason") for r in batch])
             for line, reward in zip(batch, rewards):
                 statuses[reward.status] += 1
                 scores.append(reward.score)

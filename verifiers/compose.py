@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.verifiers.base import Reward, Verifier, coerce_reward
+from rlvr.verifiers.base import Reward, Verifier, coerce_reward, error_reward, score_sample
 from rlvr.verifiers.registry import get_verifier, register_verifier
 
 PART_KEYS = ("name", "options", "weight", "gate", "min_score", "key")
@@ -114,7 +114,8 @@ class ComposeVerifier(Verifier):
                     probe["completion"] = f"<think>Let me work it out.</think>\n<answer>{probe['completion']}</answer>"
         return probes
 
-    def score(self, completion: str, reference: dict) -> Reward:
+    def score(self, completion: str, reference: dict, **context: object) -> Reward:
+        """Each part sees the context fields (prompt, finish reason) its own ``score`` takes."""
         start = time.perf_counter()
         components: dict[str, float] = {}
         details: dict[str, dict] = {}
@@ -123,9 +124,9 @@ class ComposeVerifier(Verifier):
         gate_ok = True
         for part in self.parts:
             try:
-                r = coerce_reward(part.impl.score(completion, reference))
+                r = coerce_reward(score_sample(part.impl, completion, reference, context))
             except Exception as exc:
-                r = Reward(0.0, status="error", info={"error": f"{type(exc).__name__}: {exc}"[:500]})
+                r = error_reward(exc)
             details[part.key] = {"status": r.status, "score": r.score, **_brief(r.info)}
             if r.status == "ok":
                 components[part.key] = r.score

@@ -42,6 +42,8 @@ def last_number(text: str) -> str | None:
 class NumericVerifier(Verifier):
     """1.0 when the final number of the completion equals ``reference["answer"]`` (relative tolerance)."""
 
+    kind = "answer"
+
     name = "numeric"
     description = "final number in the completion equals the gold number (relative tolerance)"
 

@@ -178,7 +178,7 @@ class WorkerPool:
             self.discard(w)
 
     def run(self, spec: str, blob: bytes, items: list[tuple], timeout_s: float) -> tuple[dict, list, str]:
-        """Score ``items`` (``(item_id, completion, reference)``) with the pickled verifier ``blob``.
+        """Score ``items`` (``(item_id, completion, reference, context)``) with the pickled verifier ``blob``.
 
         Returns ``(results, unportable_ids, note)``: result tuples by item id, and the ids left
         unscored because the workers could not rebuild the verifier (``note`` says why).

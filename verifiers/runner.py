@@ -32,13 +32,16 @@ import weakref
 from collections import Counter, deque
 from typing import Any, Sequence
 
-from rlvr.verifiers.base import Reward, coerce_reward
+from rlvr.verifiers.base import Reward, coerce_reward, context_fields, error_reward, score_sample
 from rlvr.verifiers.cache import RewardCache, copy_reward, item_key, spec_key
 from rlvr.verifiers.pool import WorkerPool
 from rlvr.verifiers.registry import get_verifier
 
 logger = logging.getLogger(__name__)
 LATENCY_WINDOW = 10_000
+#: A reward this far from zero is almost surely a verifier's bug (a count, a unit slip, 1e9 for
+#: "very good"); one of them dominates every advantage of its batch. Warned about once per verifier.
+IMPLAUSIBLE_REWARD = 1e4
 
 
 def default_workers() -> int:
@@ -85,6 +88,7 @@ class VerifierRunner:
         self._status: dict[str, Counter] = {}
         self._latency: dict[str, deque] = {}
         self._hits: Counter = Counter()
+        self._warned_huge: set[str] = set()
 
     # ------------------------------------------------------------------ scoring
     def score_batch(
@@ -93,13 +97,27 @@ class VerifierRunner:
         completions: Sequence[str],
         references: Sequence[dict],
         options: dict | None = None,
+        *,
+        prompts: Sequence[list | None] | None = None,
+        finish_reasons: Sequence[str | None] | None = None,
     ) -> list[Reward]:
-        """One :class:`Reward` per completion, in order. Never raises for a verifier's failure."""
-        if len(completions) != len(references):
-            raise ValueError(f"{len(completions)} completions but {len(references)} references")
+        """One :class:`Reward` per completion, in order. Never raises for a verifier's failure.
+
+        ``prompts`` (chat messages) and ``finish_reasons`` (``"stop"`` / ``"length"``), one per
+        completion, reach verifiers whose ``score`` takes them (see :data:`CONTEXT_FIELDS`).
+        """
+        n = len(completions)
+        if len(references) != n or (prompts is not None and len(prompts) != n) or \
+                (finish_reasons is not None and len(finish_reasons) != n):
+            raise ValueError(f"{n} completions but {len(references)} references"
+                             + (f", {len(prompts)} prompts" if prompts is not None else "")
+                             + (f", {len(finish_reasons)} finish reasons" if finish_reasons is not None else ""))
         opts = dict(options or {})
         spec = spec_key(verifier, opts)
         impl = self._impl(spec, verifier, opts)
+        wanted = context_fields(impl)
+        given = {"prompt": prompts, "finish_reason": finish_reasons}
+        columns = {field: given[field] for field in wanted if given[field] is not None}
         cacheable = bool(getattr(impl, "cacheable", True)) and self.cache.max_items > 0
         out: list[Reward | None] = [None] * len(completions)
         keys: list[bytes | None] = [None] * len(completions)
@@ -109,8 +127,9 @@ class VerifierRunner:
         hits = 0
         for i, (completion, reference) in enumerate(zip(completions, references)):
             completion = completion if isinstance(completion, str) else str(completion)
+            context = {field: values[i] for field, values in columns.items()}
             if cacheable:
-                keys[i] = key = item_key(spec, completion, reference)
+                keys[i] = key = item_key(spec, completion, reference, context)
                 cached = self.cache.get(key)
                 if cached is not None:
                     cached.info["cached"] = True  # latency_s stays the original scoring time
@@ -121,7 +140,7 @@ class VerifierRunner:
                     duplicates.append((i, first[key]))
                     continue
                 first[key] = i
-            work.append((i, completion, reference))
+            work.append((i, completion, reference, context))
         computed = self._compute(spec, impl, work)
         for i, reward in computed.items():
             out[i] = reward
@@ -141,19 +160,19 @@ class VerifierRunner:
                 impl = self._impls.setdefault(spec, impl)
         return impl
 
-    def _compute(self, spec: str, impl: Any, work: list[tuple[int, str, dict]]) -> dict[int, Reward]:
+    def _compute(self, spec: str, impl: Any, work: list[tuple[int, str, dict, dict]]) -> dict[int, Reward]:
         if not work:
             return {}
         if self.workers == 0 or spec in self._in_process:
-            return {i: _score_here(impl, c, r) for i, c, r in work}
+            return {i: _score_here(impl, c, r, x) for i, c, r, x in work}
         blob = self._blob(spec, impl)
         if blob is None:
-            return {i: _score_here(impl, c, r) for i, c, r in work}
+            return {i: _score_here(impl, c, r, x) for i, c, r, x in work}
         results, unportable, note = self._get_pool().run(spec, blob, work, self.timeout_s)
         rewards = {i: _from_tuple(t) for i, t in results.items()}
         if unportable:
             self._go_in_process(spec, f"the worker could not rebuild it ({note})")
-            by_id = {i: (c, r) for i, c, r in work}
+            by_id = {i: (c, r, x) for i, c, r, x in work}
             rewards.update({i: _score_here(impl, *by_id[i]) for i in unportable})
         return rewards
 
@@ -185,6 +204,12 @@ class VerifierRunner:
 
     # ------------------------------------------------------------------ metrics
     def _record(self, verifier: str, rewards: list, latencies: list[float], hits: int) -> None:
+        huge = next((r.score for r in rewards if abs(r.score) > IMPLAUSIBLE_REWARD), None)
+        if huge is not None and verifier not in self._warned_huge:
+            self._warned_huge.add(verifier)
+            logger.warning("verifier %s returned a reward of %g: rewards beyond +-%g are almost surely a bug in the "
+                           "verifier, and one of them dominates its whole batch's advantages", verifier, huge,
+                           IMPLAUSIBLE_REWARD)
         with self._lock:
             self._status.setdefault(verifier, Counter()).update(r.status for r in rewards)
             self._latency.setdefault(verifier, deque(maxlen=LATENCY_WINDOW)).extend(latencies)
@@ -221,12 +246,12 @@ class VerifierRunner:
         self.close()
 
 
-def _score_here(impl: Any, completion: str, reference: dict) -> Reward:
+def _score_here(impl: Any, completion: str, reference: dict, context: dict | None = None) -> Reward:
     start = time.perf_counter()
     try:
-        reward = coerce_reward(impl.score(completion, reference))
+        reward = coerce_reward(score_sample(impl, completion, reference, context))
     except Exception as exc:  # a broken verifier must not kill training
-        reward = Reward(0.0, status="error", info={"error": f"{type(exc).__name__}: {exc}"[:1000]})
+        reward = error_reward(exc)
     if not reward.latency_s:
         reward.latency_s = time.perf_counter() - start
     return reward

@@ -16,9 +16,13 @@ From config (the function is imported from ``module:attribute``)::
 
     verifier: {name: trl, options: {function: my_package.rewards:accuracy_reward}}
 
-The reference dict supplies the columns: ``reference[prompt_key]`` is the prompt, every other
-key is passed as a one-element list under its own name. Only the keyword arguments the function
-declares are passed (all of them when it takes ``**kwargs``).
+``prompts`` is the sample's prompt (the chat messages the model answered): with
+``conversational`` the messages themselves, else their text (the contents joined by blank lines,
+which for an ordinary single-message prompt is just the question). A reference field named
+``prompt_key`` overrides it (for data that keeps its own prompt column). Every other reference key
+is passed as a one-element list under its own name, and ``finish_reason`` too (TRL has no such
+column; declare it to use it). Only the keyword arguments the function declares are passed (all
+of them when it takes ``**kwargs``).
 """
 
 from __future__ import annotations
@@ -88,15 +92,23 @@ class TRLRewardVerifier(Verifier):
         if "_func" not in state:
             self._func = resolve_function(self.function)
 
-    def score(self, completion: str, reference: dict) -> Reward:
+    def score(self, completion: str, reference: dict, *, prompt: list | None = None,
+              finish_reason: str | None = None) -> Reward:
         start = time.perf_counter()
-        prompt = reference.get(self.prompt_key, "")
+        if self.prompt_key in reference:
+            prompt = reference[self.prompt_key]
+        elif prompt is not None and not self.conversational:
+            prompt = "\n\n".join(str(m.get("content", "")) for m in prompt)
+        elif prompt is None:
+            prompt = ""
         if self.conversational:
             completions: list = [[{"role": "assistant", "content": completion}]]
             prompts: list = [prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]]
         else:
             completions, prompts = [completion], [prompt]
         columns = {k: [v] for k, v in reference.items() if k != self.prompt_key}
+        if finish_reason is not None:
+            columns.setdefault("finish_reason", [finish_reason])
         kwargs = {**columns, **self.kwargs}
         if self._accepts is not None:
             kwargs = {k: v for k, v in kwargs.items() if k in self._accepts}

@@ -94,6 +94,8 @@ class MathVerifier(Verifier):
             that rounds to it (gold ``33.3``, answer ``100/3``).
     """
 
+    kind = "answer"  # rlvr verifiers audit: the built-in final-answer golden set
+
     name = "math"
     description = "final answer (boxed / 'the answer is' / #### / <answer> / last number) equals the gold; hedging scores 0"
 
