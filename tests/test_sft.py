@@ -52,3 +52,34 @@ def test_bad_jsonl_names_file_line_and_field(tmp_path):
     data.write_text("{not json\n")
     with pytest.raises(ValueError, match=r"bad\.jsonl:1: not valid JSON"):
         sft._read_jsonl_examples(data, None)
+
+
+def test_data_is_a_list_of_sources_like_train_and_a_mapping_is_a_list_of_one(tmp_path):
+    """Before: SFT's `data:` was a mapping and `rlvr train`'s a list; both shapes now load."""
+    from rlvr.config import ConfigError
+
+    data = tmp_path / "extra.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{a}+{a}=", "completion": str(2 * a)}) + "\n" for a in range(3)))
+    base = {"model": {"path": "m"}}
+    both = build_config(SFTConfig, {**base, "data": [
+        {"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}, "limit": 5},
+        {"task": None, "path": str(data)},
+    ]})
+    examples = sft.load_sft_examples(both.data)
+    assert len(examples) == 8 and examples[-1] == ([{"role": "user", "content": "2+2="}], "4")
+    one = build_config(SFTConfig, {**base, "data": {"task": "arithmetic", "limit": 5}}, ["data.0.limit=3"])
+    assert len(one.data) == 1 and one.data[0].limit == 3
+    with pytest.raises(ConfigError, match=r"data\.1\.path: set task to a suite, or task: null with path"):
+        build_config(SFTConfig, {**base, "data": [{"task": "arithmetic"}, {"task": None}]})
+    with pytest.raises(ConfigError, match=r"data\.0\.options: task 'arithmetic': unknown option\(s\) nn"):
+        build_config(SFTConfig, {**base, "data": [{"task": "arithmetic", "options": {"nn": 1}}]})
+
+
+def test_text_that_is_not_unicode_names_file_and_line(tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n" + '{"prompt": "a", "completion": "\\udfff"}\n')
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: field 'completion': is not valid Unicode"):
+        sft._read_jsonl_examples(data, None)
+    data.write_bytes(b'{"prompt": "a", "completion": "\xff\xfe"}\n')  # bytes that are not UTF-8
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1: field 'completion': is not valid Unicode"):
+        sft._read_jsonl_examples(data, None)
