@@ -115,7 +115,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             groups, rollout = collect_groups(
                 engine=engine, runner=runner, sampler=sampler, encode=encode, num_prompts=t.prompts_per_step,
                 group_size=t.group_size, sampling=sampling, verifier=config.verifier.name,
-                verifier_options=config.verifier.options, success_threshold=config.verifier.success_threshold,
+                verifier_options=config.verifier.options,
                 dynamic_sampling=algo.dynamic_sampling, max_resample_rounds=algo.max_resample_rounds,
             )
             rewards = [r for g in groups for r in g.rewards]

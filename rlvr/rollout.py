@@ -122,6 +122,18 @@ def is_correct(reward: Reward, threshold: float) -> bool:
     return reward.status == "ok" and reward.score >= threshold
 
 
+SIGNAL_EPS = 1e-6
+
+
+def has_signal(rewards: Sequence[Reward]) -> bool:
+    """Whether a group's scored rewards differ (spread above :data:`SIGNAL_EPS`): only then does a
+    group baseline give any sample a non-zero advantage. Judged on the rewards themselves, not on
+    thresholded accuracy, so that a continuous reward (0.3, 0.7, ...) is not taken for a group with
+    nothing to learn, and binary rewards behave as before."""
+    scores = [r.score for r in rewards if r.status == "ok"]
+    return len(scores) > 1 and max(scores) - min(scores) > SIGNAL_EPS
+
+
 def score_groups(runner: VerifierRunner, groups: list[Group], verifier: str | None, options: dict | None) -> None:
     """Fill ``group.rewards``, one batched runner call per verifier name."""
     by_verifier: dict[str, list[tuple[Group, int]]] = {}
@@ -153,14 +165,14 @@ def collect_groups(
     sampling: SamplingParams,
     verifier: str | None,
     verifier_options: dict | None,
-    success_threshold: float,
     dynamic_sampling: bool,
     max_resample_rounds: int,
 ) -> tuple[list[Group], RolloutStats]:
     """Generate and score ``num_prompts`` groups of ``group_size``.
 
-    With ``dynamic_sampling`` (DAPO), groups whose samples are all right or all wrong carry no
-    gradient signal under group baselines; they are dropped and more problems are drawn, for at
+    With ``dynamic_sampling`` (DAPO), groups whose rewards are all equal (all right or all wrong,
+    for a binary reward: see :func:`has_signal`) carry no gradient signal under group baselines;
+    they are dropped and more problems are drawn, for at
     most ``max_resample_rounds`` extra rounds. If the batch is still short, it is topped up with
     dropped groups so every step trains on the same number of sequences.
     """
@@ -181,9 +193,8 @@ def collect_groups(
         for group in groups:
             stats.generated_tokens += sum(len(c.token_ids) for c in group.completions)
             stats.status.update(r.status for r in group.rewards)
-            correct = {is_correct(r, success_threshold) for r in group.rewards}
             stats.groups_seen += 1
-            if len(correct) == 1:
+            if not has_signal(group.rewards):
                 stats.zero_variance_groups += 1
                 if dynamic_sampling:
                     dropped.append(group)

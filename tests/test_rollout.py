@@ -50,7 +50,7 @@ def _collect(engine, sampler, *, dynamic, num_prompts=2):
     return collect_groups(
         engine=engine, runner=VerifierRunner(workers=0), sampler=sampler, encode=lambda p: [5, 6], num_prompts=num_prompts,
         group_size=2, sampling=SamplingParams(max_new_tokens=4), verifier=None, verifier_options=None,
-        success_threshold=1.0, dynamic_sampling=dynamic, max_resample_rounds=3,
+        dynamic_sampling=dynamic, max_resample_rounds=3,
     )
 
 
@@ -86,6 +86,30 @@ def test_dynamic_sampling_drops_zero_variance_groups_and_refills():
     engine = ScriptedEngine([["right", "right"], ["right", "wrong"]])
     groups, stats = _collect(engine, ProblemSampler({"s": _problems(50)}, {"s": 1.0}, seed=0), dynamic=False)
     assert len(groups) == 2 and stats.rounds == 1 and stats.zero_variance_groups == 1
+
+
+@register_verifier("test_continuous_length")
+class ContinuousLength:
+    """A continuous reward: a tenth of the completion's length, never reaching 1."""
+
+    name = "test_continuous_length"
+
+    def score(self, completion, reference):
+        return Reward(len(completion) / 10)
+
+
+def test_dynamic_sampling_keeps_continuous_groups_whose_rewards_differ():
+    """Before: groups were kept by thresholded accuracy, so a continuous reward below the pass
+    threshold (every group "all wrong") dropped every group and spent every extra round."""
+    engine = ScriptedEngine([["aa", "aaa"], ["aa", "aa"], ["a", "aaaa"]])
+    problems = [Problem(f"c/{i}", [{"role": "user", "content": "q"}], {}, "test_continuous_length") for i in range(50)]
+    groups, stats = collect_groups(
+        engine=engine, runner=VerifierRunner(workers=0), sampler=ProblemSampler({"s": problems}, {"s": 1.0}, seed=0),
+        encode=lambda p: [5, 6], num_prompts=2, group_size=2, sampling=SamplingParams(max_new_tokens=4),
+        verifier=None, verifier_options=None, dynamic_sampling=True, max_resample_rounds=3,
+    )
+    assert [[r.score for r in g.rewards] for g in groups] == [[0.2, 0.3], [0.1, 0.4]]
+    assert stats.rounds == 2 and stats.dropped_groups == 1 and stats.zero_variance_groups == 1
 
 
 def test_dynamic_sampling_tops_up_with_dropped_groups_when_rounds_run_out():

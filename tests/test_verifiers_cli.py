@@ -182,3 +182,56 @@ def test_through_the_rlvr_command_line(tmp_path, capsys):
     assert "mean score     1.0000" in capsys.readouterr().out
     assert rlvr_cli.main(["verifiers", "list"]) == 0
     assert "compose" in capsys.readouterr().out
+
+
+@register_verifier("test_errors_on_x")
+class ErrorsOnX(Verifier):
+    def score(self, completion, reference):
+        if "x" in completion:
+            raise ValueError("cannot read x")
+        return Reward(1.0 if completion == "good" else 0.0)
+
+
+def test_verify_mean_is_over_scored_items_and_errors_are_counted_apart(tmp_path, capsys):
+    """Before: an error counted as a score of 0 in the mean, while training masks it."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"completion": c}) + "\n" for c in ["good", "bad", "x", "x"]))
+    assert run(["verify", "--verifier", "test_errors_on_x", "--input", str(src), "--workers", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert "mean score     0.5000 over the 2 scored items (status ok); 2 not scored" in printed
+    assert "error 2" in printed and "ok 2" in printed
+
+
+@register_verifier("test_continuous_overlap")
+class ContinuousOverlap(Verifier):
+    """Share of the reference's words found in the completion: partial credit everywhere."""
+
+    pass_threshold = 0.5
+
+    def score(self, completion, reference):
+        words = str(reference.get("text", "the quick brown fox")).split()
+        found = sum(w in completion for w in words)
+        return Reward(found / len(words) if words else 0.0)
+
+    def audit_cases(self):
+        ref = {"text": "the quick brown fox"}
+        return [
+            {"id": "golden-1", "category": "golden", "completion": "the quick brown fox", "reference": ref, "expect": "accept"},
+            {"id": "golden-2", "category": "golden", "completion": "quick brown fox", "reference": ref, "expect": "accept"},
+            {"id": "wrong-1", "category": "golden", "completion": "a lazy dog, quick", "reference": ref, "expect": "reject"},
+        ]
+
+
+def test_a_continuous_verifier_is_judged_by_its_pass_threshold(capsys):
+    """Before: hostile probes earning a little partial credit (0.25) failed the audit, exit 1."""
+    report = audit("test_continuous_overlap", timeout_s=3)
+    assert report.threshold == 0.5 and report.ok
+    worst = report.worst_rejected()
+    assert worst is not None and worst.score == 0.25 and worst.verdict == "caught"
+    binary = audit("test_continuous_overlap", timeout_s=3, threshold=None)
+    assert binary.ok  # the class attribute still applies when no threshold is passed
+    assert run(["verifiers", "audit", "test_continuous_overlap"]) == 0
+    text = capsys.readouterr().out
+    assert "pass threshold of a continuous reward" in text and "highest score of a response that must not pass: 0.25" in text
+    assert run(["verifiers", "audit", "test_continuous_overlap", "--threshold", "0.2"]) == 1  # 0.25 now passes: a leak
+    assert "LET THROUGH" in capsys.readouterr().out

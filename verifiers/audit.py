@@ -12,6 +12,11 @@ ok            a golden case scored as expected
 MISSED        a correct response earned no credit (or the exact score differs: WRONG)
 caught        a response that must not earn credit did not (score <= 0, or timeout/error)
 LET THROUGH   a wrong, hedged, hacked or hostile response earned credit
+
+For a continuous verifier (one that declares ``pass_threshold``, or audited with ``threshold=``)
+"credit" means a score at or above the threshold: golden responses must reach it, the others must
+stay below it, and a little partial credit below it is fine. Either way the report names the
+highest score any response that must not pass earned.
 ============  ==============================================================================
 
 ``AuditReport.ok`` is False when a golden case failed or a hedge or hostile input got through;
@@ -49,6 +54,12 @@ class AuditReport:
     options: dict
     rows: list[AuditRow] = field(default_factory=list)
     note: str = ""
+    threshold: float | None = None  # None: the binary rule (credit > 0)
+
+    def worst_rejected(self) -> AuditRow | None:
+        """The response that must not pass with the highest score (None when all failed to score)."""
+        scored = [r for r in self.rows if r.expect == "reject" and r.status == "ok"]
+        return max(scored, key=lambda r: r.score, default=None)
 
     @property
     def ok(self) -> bool:
@@ -80,35 +91,42 @@ def probes_for(verifier) -> tuple[list[dict], str]:
     return cases + golden.safety_probes(reference), note
 
 
-def verdict(expect: object, score: float, status: str) -> str:
+def verdict(expect: object, score: float, status: str, threshold: float | None = None) -> str:
+    """The verdict on one probe; ``threshold`` None is the binary rule (credit means score > 0)."""
     failed = status in ("timeout", "error")
+    passes = score > 0 if threshold is None else score >= threshold
     if isinstance(expect, (int, float)) and not isinstance(expect, bool):
         return "ok" if status == "ok" and abs(score - float(expect)) <= 1e-6 else "WRONG"
     if expect == "accept":
-        return "ok" if status == "ok" and score > 0 else "MISSED"
+        return "ok" if status == "ok" and passes else "MISSED"
     if failed:
         return f"caught ({status})"
-    return "caught" if score <= 0 else "LET THROUGH"
+    return "LET THROUGH" if passes else "caught"
 
 
-def audit(name: str, options: dict | None = None, *, timeout_s: float = 5.0, workers: int = 1) -> AuditReport:
-    """Run every probe against verifier ``name`` built with ``options``."""
+def audit(name: str, options: dict | None = None, *, timeout_s: float = 5.0, workers: int = 1,
+          threshold: float | None = None) -> AuditReport:
+    """Run every probe against verifier ``name`` built with ``options``. ``threshold`` (default: the
+    verifier's ``pass_threshold``) judges a continuous verifier: see the module docstring."""
     options = dict(options or {})
     verifier = get_verifier(name, **options)
     probes, note = probes_for(verifier)
-    report = AuditReport(name, options, note=note)
+    threshold = getattr(verifier, "pass_threshold", None) if threshold is None else threshold
+    report = AuditReport(name, options, note=note, threshold=threshold)
     with VerifierRunner(workers=workers, timeout_s=timeout_s, cache_size=0) as runner:
         rewards = runner.score_batch(name, [p["completion"] for p in probes], [p["reference"] for p in probes], options)
     for probe, reward in zip(probes, rewards):
         report.rows.append(AuditRow(probe["id"], probe["category"], probe["expect"], reward.score, reward.status,
-                                    1e3 * reward.latency_s, verdict(probe["expect"], reward.score, reward.status),
+                                    1e3 * reward.latency_s, verdict(probe["expect"], reward.score, reward.status, threshold),
                                     reward.info.get("extracted")))
     return report
 
 
 def format_report(report: AuditReport) -> str:
     """The audit as a fixed-width table plus a per-category summary."""
-    lines = [f"audit of verifier {report.verifier!r} options={report.options}", report.note, ""]
+    rule = ("credit: a score > 0 (binary)" if report.threshold is None
+            else f"credit: a score >= {report.threshold:g} (pass threshold of a continuous reward)")
+    lines = [f"audit of verifier {report.verifier!r} options={report.options}; {rule}", report.note, ""]
     header = f"{'probe':<16} {'category':<13} {'expect':<7} {'score':>8} {'status':<8} {'ms':>8}  verdict"
     lines += [header, "-" * len(header)]
     for r in report.rows:
@@ -117,6 +135,9 @@ def format_report(report: AuditReport) -> str:
     for category, counts in report.summary().items():
         parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         lines.append(f"  {category:<13} {parts}")
+    worst = report.worst_rejected()
     lines.append("")
+    if worst is not None:
+        lines.append(f"highest score of a response that must not pass: {worst.score:.4g} ({worst.id}, {worst.category})")
     lines.append("result: PASS" if report.ok else "result: FAIL (see MISSED / WRONG / LET THROUGH rows)")
     return "\n".join(lines)

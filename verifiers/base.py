@@ -167,6 +167,11 @@ class Verifier:
     #: uses when it has no ``audit_cases()``: ``"answer"`` (a final answer against
     #: ``reference["answer"]``: the math final-answer set); anything else has no built-in set.
     kind: ClassVar[str] = "other"
+    #: For a continuous reward: the score at or above which a response counts as passing.
+    #: ``rlvr verifiers audit`` then requires golden responses to reach it and wrong, hedged or
+    #: hostile ones to stay below it (a little partial credit is fine). None: the binary rule, any
+    #: credit above 0 counts. (Training's own notion is ``verifier.success_threshold``.)
+    pass_threshold: ClassVar[float | None] = None
     #: False for verifiers whose score may change between calls (sampling judges, learned models):
     #: the runner then never serves them from its cache.
     cacheable: ClassVar[bool] = True

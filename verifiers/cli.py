@@ -51,6 +51,9 @@ def add_parser(subparsers) -> None:
     audit.add_argument("name", help="registered verifier name")
     _add_option_args(audit)
     audit.add_argument("--timeout", type=float, default=5.0, help="deadline per probe in seconds (default: 5)")
+    audit.add_argument("--threshold", type=float, default=None,
+                       help="for a continuous reward: golden responses must score at least this, all others below it "
+                       "(default: the verifier's pass_threshold; without one, any score > 0 is credit)")
     audit.add_argument("--json", type=Path, help="also write the audit rows to this JSON file")
     audit.set_defaults(func=run_audit)
 
@@ -135,7 +138,7 @@ def run_verify(args: argparse.Namespace) -> int:
     rows = read_lines(args.input, args.completion_key)
     start = time.perf_counter()
     statuses: Counter = Counter()
-    scores, latencies = [], []
+    scores, scored, latencies = [], [], []
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_writer(args.output)) if args.output else None
         runner = stack.enter_context(VerifierRunner(workers=args.workers, timeout_s=args.timeout))
@@ -148,6 +151,8 @@ def run_verify(args: argparse.Namespace) -> int:
             for line, reward in zip(batch, rewards):
                 statuses[reward.status] += 1
                 scores.append(reward.score)
+                if reward.status == "ok":
+                    scored.append(reward.score)
                 latencies.append(reward.latency_s)
                 if out:
                     line = dict(line, reward={"score": reward.score, "status": reward.status,
@@ -155,20 +160,27 @@ def run_verify(args: argparse.Namespace) -> int:
                                               "info": reward.info})
                     out.write(json.dumps(line, default=repr, ensure_ascii=False) + "\n")
     elapsed = time.perf_counter() - start
-    print(summarize(args.verifier, str(args.input), scores, statuses, latencies, elapsed))
+    print(summarize(args.verifier, str(args.input), scores, statuses, latencies, elapsed, scored))
     if args.output:
         print(f"wrote {args.output}")
     return 0
 
 
 def summarize(verifier: str, source: str, scores: list[float], statuses: Counter, latencies: list[float],
-              elapsed: float) -> str:
+              elapsed: float, scored: list[float] | None = None) -> str:
+    """The printed summary. ``scored`` holds the scores of the items whose status is ``ok``: the mean
+    is over those, as training counts them (timeouts, errors and abstentions are masked out of the
+    loss, not rewards of 0), and the others are counted apart."""
     n = len(scores)
+    scored = scores if scored is None else scored
     lat = sorted(latencies)
     pct = (lambda q: 1e3 * lat[min(n - 1, int(q * n))]) if n else (lambda q: 0.0)
+    unscored = n - len(scored)
+    mean = f"{sum(scored) / len(scored):.4f}" if scored else "-"
     lines = [
         f"verifier {verifier} on {source}: {n} items in {elapsed:.2f} s ({n / elapsed if elapsed else 0:.0f} items/s)",
-        f"mean score     {sum(scores) / n if n else 0.0:.4f}",
+        f"mean score     {mean} over the {len(scored)} scored items (status ok)"
+        + (f"; {unscored} not scored (timeout/error/abstain), left out as training masks them" if unscored else ""),
         "status         " + (", ".join(f"{k} {v}" for k, v in statuses.most_common()) or "-"),
         f"latency        p50 {pct(0.5):.2f} ms, p95 {pct(0.95):.2f} ms, max {1e3 * lat[-1] if lat else 0:.2f} ms",
     ]
@@ -208,7 +220,7 @@ def run_audit(args: argparse.Namespace) -> int:
 
     from rlvr.verifiers.audit import audit, format_report
 
-    report = audit(args.name, parse_options(args.option, args.options), timeout_s=args.timeout)
+    report = audit(args.name, parse_options(args.option, args.options), timeout_s=args.timeout, threshold=args.threshold)
     print(format_report(report))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in report.rows], indent=1, default=repr))
