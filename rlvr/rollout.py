@@ -38,9 +38,13 @@ class ProblemSampler:
 
     Example::
 
+        from rlvr.tasks import get_task
+
+        problems = list(get_task("arithmetic", n=100))
         sampler = ProblemSampler({"arithmetic": problems}, {"arithmetic": 1.0}, seed=0)
         batch = sampler.next(32)          # [(suite name, Problem), ...]
         state = sampler.state_dict()      # goes into the checkpoint
+        assert len(batch) == 32 and batch[0][0] == "arithmetic"
     """
 
     def __init__(self, suites: dict[str, Sequence[Problem]], weights: dict[str, float], seed: int = 0):

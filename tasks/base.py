@@ -14,6 +14,21 @@ from typing import Any, Iterator, Protocol, runtime_checkable
 class Problem:
     """One problem of a task suite.
 
+    Example::
+
+        from rlvr.tasks import Problem
+        from rlvr.verifiers import get_verifier
+
+        problem = Problem(
+            id="demo/0",                                              # unique within its suite
+            prompt=[{"role": "user", "content": "What is 6 * 7? Put the answer in \\\\boxed{}."}],
+            reference={"answer": "42"},                               # what the verifier checks against
+            verifier="math",                                          # a registered verifier's name
+            solution="6 * 7 = 42, so the answer is \\\\boxed{42}.",      # optional: a gold completion (SFT)
+        )
+        reward = get_verifier(problem.verifier).score(problem.solution, problem.reference)
+        assert reward.score == 1.0
+
     Attributes:
         id: stable identifier, unique within its suite (e.g. ``"gsm8k/test/17"``).
         prompt: chat messages, ``[{"role": "system"|"user"|..., "content": str}, ...]``.
@@ -51,19 +66,33 @@ class ProblemList:
 class TaskSuite(Protocol):
     """An iterable of problems with a name and a default verifier.
 
+    A suite is built as ``factory(path=..., split=..., **options)`` (``get_task`` passes ``path`` and
+    ``split`` to every suite, so take both even when unused); ``splits`` lets ``rlvr tasks list``
+    count each split.
+
     Example::
 
+        from rlvr.tasks import Problem, get_task, register_task
+
+        @register_task("squares")
         class Squares:
             name = "squares"
             default_verifier = "numeric"
-            def __init__(self, split="train", n=100):
+            splits = ("train", "test")
+
+            def __init__(self, path=None, split="train", n=100):
                 self.items = range(n) if split == "train" else range(1000, 1000 + n)
+
             def __len__(self):
                 return len(self.items)
+
             def __iter__(self):
                 for k in self.items:
-                    yield Problem(f"squares/{k}", [{"role": "user", "content": f"{k}^2="}],
-                                  {"answer": str(k * k)}, "numeric")
+                    yield Problem(id=f"squares/{k}", prompt=[{"role": "user", "content": f"{k}^2="}],
+                                  reference={"answer": str(k * k)}, verifier="numeric")
+
+        suite = get_task("squares", split="test", n=3)
+        assert len(suite) == 3 and next(iter(suite)).reference == {"answer": "1000000"}
     """
 
     name: str

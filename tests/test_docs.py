@@ -36,7 +36,7 @@ def _commands() -> list[tuple[str, str, bool]]:
     for doc in DOCS:
         text = doc.read_text()
         rel = doc.relative_to(ROOT)
-        for block in re.finditer(r"```(\w*)\n(.*?)```", text, re.S):
+        for block in re.finditer(r"^```(\w*)\n(.*?)^```[ \t]*$", text, re.S | re.M):
             if block.group(1) in NOT_COMMANDS:
                 continue
             start = text[: block.start()].count("\n") + 2
@@ -53,7 +53,7 @@ def _commands() -> list[tuple[str, str, bool]]:
                     if part.startswith("rlvr "):
                         found.append((f"{rel}:{start + n}", part, True))
                 i += 1
-        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        prose = re.sub(r"^```.*?^```[ \t]*$", "", text, flags=re.S | re.M)
         for span in re.finditer(r"`(rlvr [^`]+)`", prose):
             line_no = text[: text.find(span.group(0))].count("\n") + 1
             found.append((f"{rel}:{line_no}", span.group(1), False))
@@ -67,7 +67,7 @@ def _doc_files() -> dict[str, str]:
     """Files the docs show whole: a yaml/json code block whose first line is ``# NAME``."""
     files = {}
     for doc in DOCS:
-        for block in re.finditer(r"```(yaml|json|jsonl)\n# ([\w.-]+)\n(.*?)```", doc.read_text(), re.S):
+        for block in re.finditer(r"^```(yaml|json|jsonl)\n# ([\w.-]+)\n(.*?)^```[ \t]*$", doc.read_text(), re.S | re.M):
             files[block.group(2)] = block.group(3)
     return files
 
@@ -165,3 +165,126 @@ def test_inline_examples_parse_and_validate(where, command, user_folder, monkeyp
     if args.command in ("train", "sft") and getattr(args, "config", None):
         cls = RunConfig if args.command == "train" else SFTConfig
         load_config(cls, args.config, args.overrides)
+
+
+# ---------------------------------------------------------------------------------------------
+# Python examples: code blocks of the docs, and examples in docstrings, run as written
+# ---------------------------------------------------------------------------------------------
+
+import ast  # noqa: E402
+import importlib  # noqa: E402
+import textwrap  # noqa: E402
+
+PACKAGES = {"rlvr": ROOT / "rlvr", "rlvr.verifiers": ROOT / "verifiers", "rlvr.tasks": ROOT / "tasks",
+            "rlvr.sandbox": ROOT / "sandbox"}
+NEEDS_STRONG_SANDBOX = ("rlvr.sandbox", "rlvr.verifiers.code")
+
+
+def _python_blocks() -> list[tuple[str, str]]:
+    """``(where, source)`` of every python code block in README.md and docs/, one per file (a file's
+    blocks run in order in one namespace, as a reader runs them)."""
+    found = []
+    for doc in DOCS:
+        text = doc.read_text()
+        blocks = list(re.finditer(r"^```python\n(.*?)^```[ \t]*$", text, re.S | re.M))
+        if blocks:
+            line = text[: blocks[0].start()].count("\n") + 1
+            found.append((f"{doc.relative_to(ROOT)}:{line}", "\n".join(b.group(1) for b in blocks)))
+    return found
+
+
+def _docstring_examples() -> list[tuple[str, str, str]]:
+    """``(where, module name, source)`` of every example in a docstring: the block after
+    ``Example::`` / ``Examples::``, or an indented block that starts with an import."""
+    found = []
+    for package, folder in PACKAGES.items():
+        for path in sorted(folder.rglob("*.py")):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            module = ".".join([package, *parts])
+            tree = ast.parse(path.read_text())
+            for node in [tree, *ast.walk(tree)]:
+                if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                doc = ast.get_docstring(node, clean=True)
+                if not doc:
+                    continue
+                lines = doc.split("\n")
+                for i, line in enumerate(lines):
+                    block = _indented_block(lines, i + 1) if line.rstrip().endswith("::") or line == "" else None
+                    if not block:
+                        continue
+                    first = block.lstrip().split("\n", 1)[0]
+                    example = line.strip().lower().startswith(("example::", "examples::"))
+                    if example or (line == "" and first.startswith(("from rlvr", "import rlvr"))):
+                        where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 1)}"
+                        found.append((where, module, block))
+    return list({(w, m, b): None for w, m, b in found})
+
+
+def _indented_block(lines: list[str], start: int) -> str | None:
+    i = start
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    if i >= len(lines) or not lines[i].startswith("    "):
+        return None
+    block = []
+    while i < len(lines) and (not lines[i].strip() or lines[i].startswith("    ")):
+        block.append(lines[i])
+        i += 1
+    return textwrap.dedent("\n".join(block)).strip() + "\n"
+
+
+def test_the_docs_have_python_examples():
+    assert len(_python_blocks()) >= 4 and len(_docstring_examples()) >= 10
+
+
+@pytest.mark.parametrize("where, source", _python_blocks())
+def test_python_blocks_of_the_docs_run(where, source, user_folder, monkeypatch, private_registries):
+    monkeypatch.chdir(user_folder)
+    if "rlvr.sandbox" in source:
+        _skip_without_strong_sandbox()
+    try:
+        exec(compile(source, where, "exec"), {"__name__": f"docs_example_{abs(hash(where))}"})
+    except FileNotFoundError as exc:
+        if "no local data" not in str(exc):
+            raise
+        from tests.conftest import DATA_MISSING
+
+        pytest.skip(DATA_MISSING)
+
+
+@pytest.mark.parametrize("where, module, source", _docstring_examples())
+def test_docstring_examples_run(where, module, source, user_folder, monkeypatch, private_registries):
+    monkeypatch.chdir(user_folder)
+    if module.startswith(NEEDS_STRONG_SANDBOX) or "run_tests(" in source or "execute(" in source:
+        _skip_without_strong_sandbox()
+    namespace = dict(vars(importlib.import_module(module)))
+    namespace["__name__"] = f"docstring_example_{abs(hash(where))}"
+    exec(compile(source, where, "exec"), namespace)
+
+
+@pytest.fixture
+def private_registries(monkeypatch):
+    """Examples register plugins (``@register_task("squares")``): into copies, not the real registries."""
+    import rlvr.algorithms.advantages as advantages
+    import rlvr.algorithms.losses as losses
+    import rlvr.engines as engines
+    import rlvr.tasks as tasks
+    import rlvr.tasks.registry as task_registry
+    import rlvr.verifiers as verifiers
+    import rlvr.verifiers.registry as verifier_registry
+
+    for owners, name in [((task_registry, tasks), "TASKS"), ((verifier_registry, verifiers), "VERIFIERS"),
+                         ((advantages,), "ADVANTAGE_ESTIMATORS"), ((losses,), "POLICY_LOSSES"),
+                         ((losses,), "LOSS_AGGREGATIONS"), ((losses,), "KL_ESTIMATORS"), ((engines,), "ENGINES")]:
+        private = getattr(owners[0], name).copy()
+        for owner in owners:
+            monkeypatch.setattr(owner, name, private)
+
+
+def _skip_without_strong_sandbox():
+    from rlvr.sandbox import capabilities
+
+    if capabilities()["isolation"] != "strong":
+        pytest.skip("needs the strong sandbox (apt-get install bubblewrap)")

@@ -60,11 +60,11 @@ def test_beside_primeintellect_verifiers(tmp_path):
         dist = metadata.distribution("verifiers")
     except metadata.PackageNotFoundError:
         pytest.skip("PrimeIntellect's verifiers is not installed (pip install verifiers; .ci/run installs it)")
-    code = (
-        "import verifiers, rlvr.verifiers as ours; "
+    code = (  # their stack lives in verifiers.v1 (0.4.0); importing it proves their files are whole
+        "import verifiers, verifiers.v1 as vf, rlvr.verifiers as ours; "
         "print(verifiers.__file__); print(ours.__file__); "
         "print(ours.get_verifier('numeric').score('so 42', {'answer': '42'}).score); "
-        "print(hasattr(verifiers, 'Environment'))"
+        "print(hasattr(vf, 'Env'))"
     )
     result = _run_outside_checkout(code, tmp_path)
     assert result.returncode == 0, result.stderr

@@ -168,3 +168,18 @@ def test_collate_layout_left_padded_prompts_right_padded_completions():
     assert batch.response_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
     assert torch.allclose(batch.engine_logp, torch.tensor([[-0.1, -0.2, 0.0], [-0.3, -0.4, -0.5]]))
     assert batch.completion_len == 3 and len(batch.select(torch.tensor([1]))) == 1
+
+
+def test_the_configs_verifier_wins_over_each_problems_own():
+    """verifier.name (with its options) scores every problem; without it, each problem's own verifier."""
+    from rlvr.rollout import score_groups
+
+    problems = [Problem("p/0", [{"role": "user", "content": "q"}], {"answer": "0"}, "test_status_from_text"),
+                Problem("p/1", [{"role": "user", "content": "q"}], {"answer": "1"}, "test_continuous_length")]
+    completion = Completion([1], "right", [-0.1], "stop")
+    runner = VerifierRunner(workers=0)
+    groups = [Group("s", p, [5], [completion]) for p in problems]
+    score_groups(runner, groups, None, None)
+    assert [g.rewards[0].score for g in groups] == [1.0, 0.5]  # each problem's own verifier
+    score_groups(runner, groups, "test_continuous_length", {})
+    assert [g.rewards[0].score for g in groups] == [0.5, 0.5]  # the config's verifier for all

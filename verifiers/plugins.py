@@ -62,13 +62,16 @@ class Registry(Generic[T]):
         @LOSSES.register("ppo_clip")
         def ppo_clip(logp, old_logp, advantages, **hparams): ...
 
-        LOSSES.get("ppo_clip")       # the function
-        LOSSES.check("ppo_clp")      # UnknownNameError: unknown policy loss 'ppo_clp'; valid policy losses: ppo_clip
+        assert LOSSES.get("ppo_clip") is ppo_clip
+        try:
+            LOSSES.check("ppo_clp")
+        except UnknownNameError as exc:
+            print(exc)               # unknown policy loss 'ppo_clp'; valid policy losses: ppo_clip
     """
 
     def __init__(self, kind: str, *, entry_point_group: str | None = None, plural: str | None = None):
         self.kind = kind
-        self.plural = plural or (kind[:-1] + "ies" if kind.endswith("y") else kind + "s")
+        self.plural = plural or _plural(kind)
         self.entry_point_group = entry_point_group
         self._loaded: dict[str, T] = {}
         self._lazy: dict[str, _Lazy] = {}
@@ -209,6 +212,12 @@ class Registry(Generic[T]):
             ok, _ = self.status(name)
             if ok:
                 yield name, self.get(name)
+
+
+def _plural(noun: str) -> str:
+    if noun.endswith("y"):
+        return noun[:-1] + "ies"
+    return noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
 
 
 def _import_target(target: str) -> Any:

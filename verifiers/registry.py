@@ -8,6 +8,9 @@ returns an object with ``name`` and ``score``. Third-party packages declare thei
     [project.entry-points."rlvr.verifiers"]
     my_check = "my_package.rewards:MyCheck"
 
+A TRL-style reward function ``f(prompts, completions, **columns)`` can be published the same way
+(``accuracy = "my_package.rewards:accuracy"``): it is wrapped as a ``trl`` verifier when first used.
+
 Plugins are imported when their name is first asked for; one that fails to import is listed as
 broken (``rlvr verifiers list``) and raises :class:`~rlvr.verifiers.errors.PluginLoadError` with
 the reason when used, without taking the other verifiers down.
@@ -49,8 +52,29 @@ def list_verifiers() -> list[str]:
 
 
 def verifier_factory(name: str) -> Callable[..., Any]:
-    """The class or factory registered under ``name``; an unknown name lists the valid ones."""
-    return VERIFIERS.get(name)
+    """The class or factory registered under ``name``; an unknown name lists the valid ones.
+
+    A TRL-style reward function (``f(prompts, completions, **columns)``, e.g. published by an
+    entry point) is wrapped as a ``trl`` verifier, so it is used by name like any other.
+    """
+    factory = VERIFIERS.get(name)
+    if is_trl_function(factory):
+        from rlvr.verifiers.trl import trl_factory
+
+        factory = VERIFIERS.register(name, trl_factory(factory), overwrite=True)
+    return factory
+
+
+def is_trl_function(obj: Any) -> bool:
+    """A plain function whose first two parameters are ``prompts`` and ``completions`` (TRL's reward
+    function signature), as opposed to a verifier class or factory."""
+    if isinstance(obj, type) or not callable(obj) or getattr(obj, "_rlvr_trl_factory", False):
+        return False
+    try:
+        names = list(inspect.signature(obj).parameters)
+    except (TypeError, ValueError):
+        return False
+    return names[:2] == ["prompts", "completions"]
 
 
 def verifier_options(factory: Callable) -> list[str] | None:

@@ -9,8 +9,13 @@ applies), and ``None`` becomes ``status="abstain"``.
 From Python::
 
     from rlvr.verifiers.trl import from_trl, register_trl_reward
+
+    def my_reward_fn(prompts, completions, answer, **kwargs):
+        return [1.0 if a in c else 0.0 for c, a in zip(completions, answer)]
+
     verifier = from_trl(my_reward_fn)                      # a Verifier object
     register_trl_reward("my_reward", my_reward_fn)         # usable by name, from config too
+    assert verifier.score("it is 42", {"answer": "42"}).score == 1.0
 
 From config (the function is imported from ``module:attribute``)::
 
@@ -27,7 +32,6 @@ of them when it takes ``**kwargs``).
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 import time
@@ -142,10 +146,26 @@ def from_trl(func: Callable, *, conversational: bool = False, prompt_key: str = 
     return verifier
 
 
+def trl_factory(func: Callable, **defaults: Any) -> Callable:
+    """A verifier factory for the TRL reward function ``func``: its options are those of the ``trl``
+    verifier (``conversational``, ``prompt_key``, ``kwargs``), ``defaults`` pre-set."""
+
+    def factory(conversational: bool = False, prompt_key: str = "prompt", kwargs: dict | None = None) -> TRLRewardVerifier:
+        settings = {"conversational": conversational, "prompt_key": prompt_key, "kwargs": kwargs, **defaults}
+        return TRLRewardVerifier(func, **settings)
+
+    doc = (inspect.getdoc(func) or "").split("\n")[0]
+    factory.__doc__ = f"TRL reward function {getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}" + \
+        (f": {doc}" if doc else "")
+    factory.__module__ = getattr(func, "__module__", None)  # type: ignore[assignment]
+    factory.__qualname__ = f"trl:{getattr(func, '__qualname__', repr(func))}"
+    factory._rlvr_trl_factory = True  # type: ignore[attr-defined]
+    return factory
+
+
 def register_trl_reward(name: str, func: Callable, *, overwrite: bool = False, **defaults: Any) -> Callable:
-    """Register ``func`` under ``name``, so ``get_verifier(name)`` (and a config) can use it."""
-    factory = functools.partial(TRLRewardVerifier, func, **defaults)
-    factory.__module__ = getattr(func, "__module__", None)  # type: ignore[attr-defined]
-    factory.__qualname__ = f"trl:{getattr(func, '__qualname__', repr(func))}"  # type: ignore[attr-defined]
+    """Register ``func`` under ``name``, so ``get_verifier(name)`` (and a config) can use it. From an
+    installed package, an ``rlvr.verifiers`` entry point naming the function does the same."""
+    factory = trl_factory(func, **defaults)
     register_verifier(name, overwrite=overwrite)(factory)
     return factory

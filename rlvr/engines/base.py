@@ -51,10 +51,15 @@ class Engine(Protocol):
 
     Example::
 
+        from rlvr.engines import HFEngine, SamplingParams
+        from rlvr.models import build_tiny_model, load_policy, load_tokenizer
+
+        folder = build_tiny_model("tiny_model")               # or any local model folder
+        policy, tokenizer = load_policy(folder), load_tokenizer(folder)
         engine = HFEngine(policy, tokenizer)
         groups = engine.generate([[1, 7, 14]], n=8, sampling=SamplingParams(max_new_tokens=5))
-        len(groups), len(groups[0])  # (1, 8)
-        ...  # optimizer step on policy
+        assert len(groups) == 1 and len(groups[0]) == 8       # one prompt, a group of 8 completions
+        # ... an optimizer step on policy ...
         engine.load_weights(policy)  # a no-op for the HF engine, which shares the module
     """
 
