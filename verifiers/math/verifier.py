@@ -26,7 +26,9 @@ from functools import lru_cache
 
 from rlvr.verifiers.base import Reward, Verifier
 from rlvr.verifiers.math import symbolic
-from rlvr.verifiers.math.answer import Answer, Choice, Scalar, Seq, Text, Union_, Unparsed, parse_answer, split_top
+from rlvr.verifiers.math.answer import (
+    Answer, Choice, Matrix, Scalar, Seq, Text, Union_, Unparsed, parse_answer, split_top,
+)
 from rlvr.verifiers.math.equivalence import Tolerance, compare
 from rlvr.verifiers.math.expr import TooLarge
 from rlvr.verifiers.math.extract import choice_letters, extract, final_region, find_boxed
@@ -92,6 +94,11 @@ class MathVerifier(Verifier):
         choices: letters accepted as multiple-choice answers (extended up to the gold letter).
         rounded_gold: a decimal gold with >= 2 significant digits accepts a more precise answer
             that rounds to it (gold ``33.3``, answer ``100/3``).
+        exact_decimals: the relative tolerance stays within the digits written: a decimal gold is
+            exact to half a unit in its last written place (``12345.67`` is not ``12345.68``, a
+            2-decimal amount is exact to the cent) and a decimal answer to an exact gold must be that
+            value rounded or cut at its own last place (``1234567.4`` is not ``1234567``); false lets
+            ``tolerance`` alone decide.
     """
 
     name = "math"
@@ -99,12 +106,13 @@ class MathVerifier(Verifier):
 
     def __init__(self, tolerance: float = 1e-6, fallback: str = "last_number", answer_key: str = "answer",
                  think_tag: str | None = "think", penalize_hedging: bool = True, use_sympy: bool = True,
-                 max_chars: int = 20_000, choices: str = "ABCDE", rounded_gold: bool = True):
+                 max_chars: int = 20_000, choices: str = "ABCDE", rounded_gold: bool = True,
+                 exact_decimals: bool = True):
         if not 0 <= tolerance < 1:
             raise ValueError("math: tolerance must be in [0, 1)")
         if fallback not in ("last_number", "none"):
             raise ValueError("math: fallback must be 'last_number' or 'none'")
-        self.tolerance = Tolerance(float(tolerance), bool(rounded_gold))
+        self.tolerance = Tolerance(float(tolerance), bool(rounded_gold), bool(exact_decimals))
         self.fallback = fallback
         self.answer_key = answer_key
         self.think_tag = think_tag
@@ -189,8 +197,10 @@ class MathVerifier(Verifier):
         pred_text, pred = distinct[0]
         verdict = compare(gold, pred, self.tolerance)
         info["method"] = "fast"
+        if verdict is None and _shape_mismatch(gold, gold_text, pred, pred_text):
+            verdict, info["method"] = False, "shape"
         if verdict is None:
-            verdict, info["method"] = self._slow(gold_text, normalize(pred_text).text)
+            verdict, info["method"] = self._slow(gold_text, normalize(pred_text).text, gold)
         return verdict
 
     def _judge_choice(self, gold: Choice, candidates: list[str], info: dict, completion: str) -> bool:
@@ -225,14 +235,33 @@ class MathVerifier(Verifier):
                 kept.append((text, answer))
         return kept
 
-    def _slow(self, gold_text: str, pred_text: str) -> tuple[bool, str]:
+    def _slow(self, gold_text: str, pred_text: str, gold: Answer | None = None) -> tuple[bool, str]:
         if _text_key(gold_text) == _text_key(pred_text) and _text_key(gold_text):
             return True, "string"  # the same text needs no sympy (and no guard)
         if self.use_sympy:
-            verdict = symbolic.sympy_equal(gold_text, pred_text, rel_tol=self.tolerance.relative)
+            # a decimal gold is exact to half a unit in its last written place, in sympy too
+            abs_tol = float(gold.ulp) / 2 if isinstance(gold, Scalar) and gold.ulp is not None \
+                and self.tolerance.exact_decimals else None
+            verdict = symbolic.sympy_equal(gold_text, pred_text, rel_tol=self.tolerance.relative, abs_tol=abs_tol)
             if verdict is not None:
                 return verdict, "sympy"
         return _text_key(gold_text) == _text_key(pred_text) and bool(_text_key(gold_text)), "string"
+
+
+_SEVERAL_ENTRIES_RE = re.compile(r"\\begin\{|&|,|;|\\\\")
+_TABLE_RE = re.compile(r"\\begin\{|&|\\\\")  # an unreadable matrix or array
+
+
+def _shape_mismatch(gold: Answer, gold_text: str, pred: Answer, pred_text: str) -> bool:
+    """A single value against several entries (a matrix, a tuple, a list): different shapes, whatever
+    sympy would make of them. Checked before sympy, which reads ``(4, 4)`` or a matrix loosely."""
+    if isinstance(gold, (Seq, Matrix)) or _SEVERAL_ENTRIES_RE.search(gold_text):
+        return False
+    if isinstance(pred, Matrix):
+        return len(pred.rows) * len(pred.rows[0]) > 1
+    if isinstance(pred, Seq):
+        return len(pred.items) > 1
+    return isinstance(pred, Unparsed) and bool(_TABLE_RE.search(normalize(pred_text).text))
 
 
 def _multi_part(gold: Answer) -> bool:
