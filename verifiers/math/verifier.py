@@ -11,8 +11,11 @@ Pipeline (one module per step)::
 score = 1.0 when the response commits to exactly one answer (or, for a multi-part gold, to one
 set of parts) and it equals the gold; 0.0 otherwise, including *hedging*: two different boxed
 values, "A or B", an enumeration of candidates, or a cut-off response whose last number happens
-to match. ``status="error"`` means the item could not be judged: no gold in the reference, or an
-answer too large to evaluate safely (power towers, giant factorials, deeply nested input).
+to match. After an explicit self-correction ("\\boxed{5}. Wait, that is wrong ... \\boxed{7}") only
+the answers after it count. A response cut off by the length limit (``finish_reason="length"``)
+counts only an explicit final-answer marker. ``status="error"`` means the item could not be judged:
+no gold in the reference, or an answer too large to evaluate safely (power towers, giant
+factorials, deeply nested input).
 
 math-verify's signal-based timeouts are disabled here (they break outside the main thread); the
 :class:`~verifiers.runner.VerifierRunner` enforces the deadline by killing the worker process.
@@ -31,7 +34,7 @@ from rlvr.verifiers.math.answer import (
 )
 from rlvr.verifiers.math.equivalence import Tolerance, compare
 from rlvr.verifiers.math.expr import TooLarge
-from rlvr.verifiers.math.extract import choice_letters, extract, final_region, find_boxed
+from rlvr.verifiers.math.extract import choice_letters, cut_at_special_tokens, extract, final_region, find_boxed
 from rlvr.verifiers.math.normalize import normalize
 from rlvr.verifiers.registry import register_verifier
 
@@ -122,20 +125,26 @@ class MathVerifier(Verifier):
         self.choices = choices.upper()
 
     # ------------------------------------------------------------------ public
-    def score(self, completion: str, reference: dict) -> Reward:
+    def score(self, completion: str, reference: dict, *, prompt=None, finish_reason: str | None = None) -> Reward:
+        """Score one completion. ``finish_reason`` is how generation ended (``"stop"``, ``"length"``, or
+        None when unknown): a completion cut off by the length limit has an answer only through an
+        explicit final-answer marker. ``prompt`` is accepted and unused."""
         start = time.perf_counter()
         info: dict = {"extracted": None}
         golds = self._gold_texts(reference)
         if not golds:
             info["error"] = f"reference has no {self.answer_key!r} field"
             return Reward(0.0, status="error", latency_s=time.perf_counter() - start, info=info)
-        completion = completion or ""
-        found = extract(completion, think_tag=self.think_tag, fallback=self.fallback, max_chars=self.max_chars)
+        completion = cut_at_special_tokens(completion or "")
+        truncated = finish_reason == "length"
+        found = extract(completion, think_tag=self.think_tag, fallback=self.fallback, max_chars=self.max_chars,
+                        finish_reason=finish_reason)
         info["source"] = found.source
         candidates: list[str] = []
         for a in found.answers:
             candidates.extend(c for c in split_alternatives(a) if c not in candidates)
         alternatives = [c for a in found.alternatives for c in split_alternatives(a) if c not in candidates]
+        revised = [c for a in found.revised for c in split_alternatives(a) if c not in candidates][:MAX_CANDIDATES]
         if any(len(c) > MAX_ANSWER_CHARS for c in candidates + alternatives):
             info["extracted"] = candidates[-1][:200] if candidates else None
             info["error"] = f"answer too large to judge safely: longer than {MAX_ANSWER_CHARS} characters"
@@ -143,13 +152,18 @@ class MathVerifier(Verifier):
         candidates = [c for c in candidates if normalize(c).text]
         if alternatives:
             info["alternatives"] = alternatives[:8]
-        if not candidates and not any(isinstance(parse_gold(g)[1], Choice) for g in golds):
+        if not candidates and (truncated or not any(isinstance(parse_gold(g)[1], Choice) for g in golds)):
             return Reward(0.0, latency_s=time.perf_counter() - start, info=info)
         info["extracted"] = candidates[0] if len(candidates) == 1 else " | ".join(candidates)[:500]
         status, correct = "ok", False
         try:
             for gold in golds:
-                correct = self._judge(gold, candidates, alternatives, info, completion)
+                # a cut-off response has no last line to read a letter from: only its markers count
+                correct = self._judge(gold, candidates, alternatives, info, "" if truncated else completion)
+                if not correct and revised and _multi_part(parse_gold(gold)[1]):
+                    # "The roots are \boxed{2}. Actually, there is another: \boxed{5}": a revision that
+                    # adds a part, not one that replaces the answer, for a multi-part gold
+                    correct = self._judge(gold, revised + candidates, alternatives, info, completion)
                 if correct:
                     break
         except (TooLarge, symbolic.TooComplex, RecursionError, MemoryError) as exc:
