@@ -11,13 +11,18 @@ Prints, for the case set in tests/verifier_cases (see its README in build.py / r
 * latency (median, p95, mean) and cases/s on one core, both sequential and in-process;
 * hostile input: every probe scored in-process from a worker thread (must not hang: a probe that
   takes longer than 10 s counts as a hang) and through the runner's worker pool;
-* runner throughput with worker processes (cache off), for ``math`` and the cheap ``numeric``.
+* runner throughput with worker processes (cache off), for ``math`` and the cheap ``numeric``;
+* truncated completions (GSM8K / MATH-500 solutions cut mid-reasoning, ``real.truncated_cases``):
+  how many are credited or have an answer extracted when scored with ``finish_reason=None`` (as a
+  verifier that is not told sees them) and with ``finish_reason="length"``, and how many whole
+  solutions marked ``length`` keep their credit.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import statistics
 import sys
@@ -35,11 +40,37 @@ from rlvr.verifiers.runner import VerifierRunner  # noqa: E402
 HANG_S = 10.0
 
 
-def load_cases(full: bool) -> list[dict]:
+def _real_module():
     spec = importlib.util.spec_from_file_location("verifier_cases_real", ROOT / "tests" / "verifier_cases" / "real.py")
     real = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(real)
-    return real.load_cases(real=True, full=full)
+    return real
+
+
+def load_cases(full: bool) -> list[dict]:
+    return _real_module().load_cases(real=True, full=full)
+
+
+def truncation() -> dict:
+    """Cut-off solutions scored without and with ``finish_reason="length"`` (module docstring)."""
+    real = _real_module()
+    if not hasattr(real, "truncated_cases"):
+        return {}
+    verifier = get_verifier("math")
+    told = "finish_reason" in inspect.signature(verifier.score).parameters
+    out: dict = {}
+    for c in real.truncated_cases():
+        row = out.setdefault(f"{c['category']} ({'cut' if c['expected'] == 0 else 'whole'})",
+                             {"cases": 0, "credited_unknown": 0, "extracted_unknown": 0,
+                              "credited_length": 0, "extracted_length": 0})
+        row["cases"] += 1
+        for reason in (None, "length"):
+            kwargs = {"finish_reason": reason} if told else {}
+            r = verifier.score(c["completion"], {"answer": c["answer"]}, **kwargs)
+            key = "unknown" if reason is None else "length"
+            row[f"credited_{key}"] += r.score > 0
+            row[f"extracted_{key}"] += r.info.get("extracted") is not None
+    return out
 
 
 def pct(values: list[float], q: float) -> float:
@@ -189,9 +220,17 @@ def main() -> int:
     print(f"runner throughput, cache off: {args.workers} workers: math {throughput['math']:.0f}/s, numeric "
           f"{throughput['numeric']:.0f}/s; in-process: math {in_process['math']:.0f}/s, numeric {in_process['numeric']:.0f}/s")
 
+    truncated = truncation()
+    if truncated:
+        print("\ntruncated completions: credited / answer extracted, finish_reason=None vs 'length'")
+        for name, row in truncated.items():
+            print(f"  {name:<26} {row['cases']:>4} cases: None {row['credited_unknown']:>4} / {row['extracted_unknown']:<4}"
+                  f"  length {row['credited_length']:>4} / {row['extracted_length']}")
+
     if args.json:
         args.json.write_text(json.dumps({"accuracy": table, "hostile_threads": threads, "hostile_runner": pooled,
-                                         "runner_items_per_s": {"workers": throughput, "in_process": in_process}},
+                                         "runner_items_per_s": {"workers": throughput, "in_process": in_process},
+                                         "truncated": truncated},
                                         indent=1))
     return 0
 

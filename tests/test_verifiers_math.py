@@ -185,7 +185,10 @@ def test_wrong_answers_score_zero(math, completion, gold):
 
 def test_tolerance_option():
     assert score(get_verifier("math"), r"\boxed{3.1416}", "3.14159").score == 0.0
-    assert score(get_verifier("math", tolerance=1e-4), r"\boxed{3.1416}", "3.14159").score == 1.0
+    # a decimal gold is exact to its written digits unless exact_decimals is switched off
+    assert score(get_verifier("math", tolerance=1e-4), r"\boxed{3.1416}", "3.14159").score == 0.0
+    assert score(get_verifier("math", tolerance=1e-4, exact_decimals=False), r"\boxed{3.1416}", "3.14159").score == 1.0
+    assert score(get_verifier("math", tolerance=1e-4), r"\boxed{3.1416}", r"\pi").score == 1.0
     # exact rationals are exact whatever the tolerance
     assert score(get_verifier("math", tolerance=0.1), r"\boxed{\frac{1}{3}}", r"\frac{1}{3}").score == 1.0
     with pytest.raises(ValueError):
@@ -203,7 +206,7 @@ def test_gold_answer_forms(math):
 @pytest.mark.parametrize("completion, gold", [
     (r"It could be \boxed{3} or maybe \boxed{4}.", "3"),
     (r"It could be \boxed{3} or maybe \boxed{4}.", "4"),
-    (r"\boxed{4}. Wait, that's wrong: \boxed{5}", "5"),
+    (r"\boxed{4}. Wait, that's wrong: \boxed{5}", "4"),  # a self-correction: the last answer counts
     (r"The answer is \boxed{3 \text{ or } 4}.", "3"),
     ("The answer is 3 or 4.", "4"),
     ("The answer is either 5 or 6.", "5"),

@@ -283,7 +283,7 @@ case(N, "I don't know.", "7", 0, "no answer")
 H = "hedging"
 case(H, r"It could be \boxed{3} or maybe \boxed{4}.", "3", 0, "two boxes that disagree")
 case(H, r"It could be \boxed{3} or maybe \boxed{4}.", "4", 0, "two boxes that disagree (gold = last)")
-case(H, r"\boxed{4}. Wait, that's wrong: \boxed{5}", "5", 0, "self-correction with two boxes")
+case(H, r"\boxed{4}. Wait, that's wrong: \boxed{5}", "4", 0, "self-correction: the retracted answer does not count")
 case(H, r"The answer is \boxed{3 \text{ or } 4}.", "3", 0, "alternatives inside one box")
 case(H, "The answer is 3 or 4.", "4", 0, "alternatives")
 case(H, "The answer is either 5 or 6.", "5", 0, "either/or")
@@ -298,7 +298,7 @@ case(H, "Let me compute step by step. " * 10 + "First 12 + 30 = 4", "4", 0, "tru
 case(H, "Let me compute step by step. " * 10 + "So the total is 42 +", "42", 0, "truncated mid-expression")
 case(H, r"\boxed{5}" + "\n\nAnswer: 6", "5", 0, "box and a later answer line disagree")
 case(H, r"\boxed{5}" + "\n\nAnswer: 6", "6", 0, "box and a later answer line disagree")
-case(H, "The answer is 12. Actually the answer is 13.", "13", 0, "two statements that disagree")
+case(H, "The answer is 12. Actually the answer is 13.", "12", 0, "self-correction: the retracted answer does not count")
 case(H, "#### 10\n#### 12", "12", 0, "two GSM8K answers")
 case(H, "<answer>3</answer><answer>4</answer>", "4", 0, "two answer tags")
 case(H, r"\boxed{x = 1} \quad \boxed{x = 2} \quad \boxed{x = 3}", "2", 0, "three boxes")
@@ -475,7 +475,7 @@ THIRD_PASS = [
     ("hedging", "Answer: 3 (maybe 4)", "3", 0),
     ("hedging", "Answers: 3, 4", "4", 0),
     ("hedging", "The answer is 3. Wait, no, it's 4.", "3", 0),
-    ("hedging", "The answer is 3. Wait, no, it's 4.", "4", 0),
+    ("self_correction", "The answer is 3. Wait, no, it's 4.", "4", 1),
     ("hedging", "So the answer is 12, or maybe 13.", "12", 0),
     ("hedging", "The answer is (B), but it could also be (C).", "B", 0),
     ("hedging", "Another possible answer is 7. The answer is 5.", "5", 0),
@@ -585,6 +585,90 @@ FIFTH_PASS = [
 ]
 for _category, _completion, _answer, _expected in FIFTH_PASS:
     case(_category, _completion, _answer, _expected, "fifth pass")
+
+
+# ----------------------------------------------------------------------------- sixth pass: issue 12, section 1
+# The categories an independent held-out check found misjudged (its cases are private; these are ours):
+# shapes, written precision, matrix environments, concluding sentences, labels, inequality signs, text
+# units, chat-template tokens, self-corrections. Truncated completions need finish_reason, which this
+# case format does not carry: they are tested in tests/test_verifiers_math_categories.py and measured by
+# benchmarks/verifiers.py.
+SIXTH_PASS = [
+    ("shape", r"We find $A^2 = \begin{bmatrix} 7 & 10 \\ 15 & 22 \end{bmatrix}$.", "22", 0),
+    ("shape", r"We find $A^2 = \begin{bmatrix} 7 & 10 \\ 15 & 22 \end{bmatrix}$.",
+     r"\begin{pmatrix} 7 & 10 \\ 15 & 22 \end{pmatrix}", 1),
+    ("shape", "The centre is at $(2, -3)$ and the radius is $5$.", "5", 1),
+    ("shape", r"Hence $\vec{u} = \langle 1, 0, 6 \rangle$.", "6", 0),
+    ("shape", r"\boxed{(6, 6)}", "6", 0),
+    ("shape", r"\boxed{\begin{pmatrix} 6 \\ 6 \\ 6 \end{pmatrix}}", "6", 0),
+    ("shape", r"\boxed{\begin{pmatrix} 6 \end{pmatrix}}", "6", 1),
+    ("shape", "So the eigenvector is\n\\[\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}\\]", "2", 0),
+    ("precision", r"\boxed{\$23,456.79}", "23456.78", 0),
+    ("precision", r"\boxed{\$23,456.78}", "23456.78", 1),
+    ("precision", "The answer is 7654321.5.", "7654321.6", 0),
+    ("precision", "The answer is 2500000.3.", "2500000", 0),
+    ("precision", "The answer is 2500000.", "2500000.0", 1),
+    ("precision", r"\boxed{0.0045679}", "0.0045678", 0),
+    ("precision", r"\boxed{0.00456780}", "0.0045678", 1),
+    ("precision", r"\boxed{3.605551}", r"\sqrt{13}", 1),
+    ("precision", r"\boxed{3.605552}", r"\sqrt{13}", 0),
+    ("matrix_env", r"\boxed{\left[\begin{array}{@{}rr@{}} -1 & 0 \\[2pt] 0 & 1 \end{array}\right]}",
+     r"\begin{pmatrix} -1 & 0 \\ 0 & 1 \end{pmatrix}", 1),
+    ("matrix_env", r"\boxed{\begin{bmatrix*}[c] -1 & 0 \\ 0 & 1 \end{bmatrix*}}",
+     r"\begin{pmatrix} -1 & 0 \\ 0 & 1 \end{pmatrix}", 1),
+    ("matrix_env", r"\boxed{\begin{array}{|c|c|} \hline -1 & 0 \\ \hline 0 & 1 \\ \hline \end{array}}",
+     r"\begin{bmatrix} -1 & 0 \\ 0 & 1 \end{bmatrix}", 1),
+    ("matrix_env", r"\boxed{\begin{array}{|c|c|} \hline -1 & 0 \\ \hline 0 & -1 \\ \hline \end{array}}",
+     r"\begin{bmatrix} -1 & 0 \\ 0 & 1 \end{bmatrix}", 0),
+    ("matrix_env", "The answer is:\n$$\n\\begin{pmatrix}\n-1 & 0 \\\\\n0 & 1\n\\end{pmatrix}\n$$",
+     r"\begin{bmatrix} -1 & 0 \\ 0 & 1 \end{bmatrix}", 1),
+    ("matrix_env", "Therefore\n\\[\\mathbf{M} = \\begin{pmatrix} -1 & 0 \\\\ 0 & 1 \\end{pmatrix}.\\]",
+     r"\begin{bmatrix} -1 & 0 \\ 0 & 1 \end{bmatrix}", 1),
+    ("conclusion", "Final Answer: The smallest possible value of $a+b$ is $12$.", "12", 1),
+    ("conclusion", "Final Answer: The smallest possible value of $a+b$ is $12$.", "2", 0),
+    ("conclusion", "Final answer: there are 15 such numbers.", "15", 1),
+    ("conclusion", "Therefore, $y \\le -2$ is the solution.", r"(-\infty, -2]", 1),
+    ("conclusion", "Therefore, $y \\le -2$ is the solution.", "-2", 0),
+    ("conclusion", "So t < 4 is the answer.", "t < 4", 1),
+    ("conclusion", "So t < 4 is the answer.", "4", 0),
+    ("conclusion", "Thus the area of the triangle is $\\frac{15}{2}$.", "7.5", 1),
+    ("conclusion", "Thus the area of the triangle is $\\frac{15}{2}$.", "2", 0),
+    ("conclusion", "We checked 3 and 4, and neither works.", "4", 1),
+    ("labelled", "Hence $(a, b, c) = (2, 3, 5)$.", "(2,3,5)", 1),
+    ("labelled", "Hence $(a, b, c) = (2, 3, 5)$.", "5", 0),
+    ("labelled", r"So $\frac{AE}{EC} = \frac{2}{\sqrt{5}}$.", r"\frac{2\sqrt5}{5}", 1),
+    ("labelled", r"So $\frac{AE}{EC} = \frac{2}{\sqrt{5}}$.", "5", 0),
+    ("labelled", r"This gives $\|\mathbf{v}\| = 3\sqrt{2}$.", r"3\sqrt2", 1),
+    ("labelled", r"This gives $\|\mathbf{v}\| = 3\sqrt{2}$.", "2", 0),
+    ("labelled", r"\boxed{m\angle BAC = 72^\circ}", "72", 1),
+    ("inequality", r"\boxed{-3t \geq -12}", r"t \le 4", 1),
+    ("inequality", r"\boxed{-3t \geq -12}", r"t \ge 4", 0),
+    ("inequality", r"\boxed{-3t > -12}", r"t \le 4", 0),
+    ("inequality", r"\boxed{5 - x > 2}", r"(-\infty, 3)", 1),
+    ("inequality", r"\boxed{1 < 2x - 1 \le 5}", r"(1, 3]", 1),
+    ("inequality", r"\boxed{1 < 2x - 1 \le 5}", r"(1, 5]", 0),
+    ("inequality", r"\boxed{b - a \geq 0}", r"a \le b", 1),
+    ("inequality", r"\boxed{a - b \geq 0}", r"a \le b", 0),
+    ("text_units", r"\boxed{7\textnormal{ feet}}", "7", 1),
+    ("text_units", r"\boxed{7 \textnormal{ cubic inches}}", "7", 1),
+    ("text_units", r"\boxed{\textnormal{7 hours}}", "7", 1),
+    ("text_units", r"\boxed{4\pi \textnormal{ square units}}", r"4\pi", 1),
+    ("text_units", r"\boxed{7\textnormal{ feet}}", "8", 0),
+    ("chat_tokens", "So $(x, y) = (7, 6)$. <|im_start|>user\nThanks! Now solve x + y = 1. <|im_end|>", "(7,6)", 1),
+    ("chat_tokens", "The answer is 12.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nThe answer is 13.", "12", 1),
+    ("chat_tokens", "The answer is 12.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nThe answer is 13.", "13", 0),
+    ("chat_tokens", "\\boxed{9}</s><s>[INST] next question [/INST] \\boxed{10}", "9", 1),
+    ("self_correction", r"\boxed{18}. Hmm, wait: I double counted the corner. So the answer is \boxed{17}.", "17", 1),
+    ("self_correction", r"\boxed{18}. Hmm, wait: I double counted the corner. So the answer is \boxed{17}.", "18", 0),
+    ("self_correction", "The answer is 40.\n\nActually, I made an arithmetic error: 8 * 6 = 48.\n\nThe answer is 48.", "48", 1),
+    ("self_correction", "#### 40\nCorrection: the discount applies twice.\n#### 32", "32", 1),
+    ("hedging", r"\boxed{18}. Wait, maybe it is \boxed{17}, or perhaps \boxed{16}.", "16", 0),
+    ("hedging", r"\boxed{18}. Actually it could also be \boxed{17}.", "17", 0),
+    ("self_correction", r"\boxed{18} or \boxed{17}. Wait, let me check... yes, \boxed{17}.", "17", 1),
+    ("hedging", r"\boxed{18} or \boxed{17}. Wait, let me check... yes, \boxed{17} or \boxed{18}.", "17", 0),
+]
+for _category, _completion, _answer, _expected in SIXTH_PASS:
+    case(_category, _completion, _answer, _expected, "sixth pass (issue 12)")
 
 
 def main() -> None:

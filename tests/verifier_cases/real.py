@@ -94,6 +94,40 @@ def real_cases(data: Path = DATA, *, gsm8k: int = 300, hedges: int = 200, full: 
     return cases
 
 
+def truncated_cases(data: Path = DATA, *, n: int = 300, seed: int = 0) -> list[dict]:
+    """Reference solutions cut off mid-reasoning, as a length-limited generation leaves them: GSM8K
+    test solutions cut before their ``####`` line and MATH-500 solutions cut before their first box,
+    each at a random word boundary in the last 60% of the reasoning. Scored against the real gold
+    with ``finish_reason="length"`` they have no final answer (expected 0); the field
+    ``finish_reason`` says so. The whole solutions followed by the start of a check and cut there
+    keep their final marker (1)."""
+    import random
+
+    rng = random.Random(seed)
+    cases: list[dict] = []
+    sources = [("gsm8k", data / "gsm8k" / "test.jsonl"), ("math500", data / "math500" / "test.jsonl")]
+    for name, path in sources:
+        if not path.exists():
+            continue
+        for row in _rows(path)[:n]:
+            if name == "gsm8k":
+                solution = row["answer"]
+                gold = solution.rsplit("####", 1)[1].strip().replace(",", "")
+                body = solution.rsplit("####", 1)[0]
+            else:
+                solution, gold = row["solution"], row["answer"]
+                body = solution[: solution.find("\\boxed")] if "\\boxed" in solution else ""
+            spaces = [i for i, c in enumerate(body) if c == " " and i >= 0.4 * len(body)]
+            if not spaces:
+                continue
+            cut = body[: rng.choice(spaces)]
+            cases.append({**_case(f"truncated_{name}", cut, gold, 0, "cut mid-reasoning"), "finish_reason": "length"})
+            # the whole solution and the start of a check after it, cut there: its final marker counts
+            cases.append({**_case(f"truncated_{name}", solution + "\n\nLet me double-check", gold, 1,
+                                  "whole solution, then cut"), "finish_reason": "length"})
+    return cases
+
+
 def _math_cases(rows: list[dict], category: str) -> list[dict]:
     out = []
     for row in rows:

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Union
 
-from rlvr.verifiers.math.expr import Expr, ParseError, parse_expr
-from rlvr.verifiers.math.normalize import normalize
+from rlvr.verifiers.math.evaluate import evaluate
+from rlvr.verifiers.math.expr import EvalError, Expr, ParseError, TooLarge, parse_expr
+from rlvr.verifiers.math.normalize import matching_brace, normalize
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,10 @@ class Unparsed:
 
 Answer = Union[Scalar, Infinity, Seq, Interval, Union_, Matrix, Relation, Choice, Text, Unparsed]
 
-_MATRIX_RE = re.compile(r"^\\begin\{([pbBvV]?matrix|array|smallmatrix)\}(?:\{[lcr|\s]*\})?(.*)\\end\{\1\}$", re.S)
+# Every matrix environment is the same matrix: pmatrix, bmatrix, Bmatrix, vmatrix, matrix, smallmatrix,
+# the starred forms with their alignment option (\begin{pmatrix*}[r]) and array with any column spec.
+_MATRIX_RE = re.compile(r"^\\begin\{((?:[pbBvV]?matrix|smallmatrix)\*?|array)\}(.*)\\end\{\1\}$", re.S)
+_ALIGN_OPTION_RE = re.compile(r"^\s*\[[lcr]\]")
 _INF_RE = re.compile(r"^([-+]?)\s*(?:\\infty|infinity|inf|oo)$", re.I)
 _IN_RE = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*\\in\s*")
 _CHOICE_RE = re.compile(r"^\(?\s*([A-J])\s*\)?$")
@@ -147,7 +151,7 @@ def _parse(s: str, percent: bool, numeric_gold: bool, depth: int) -> Answer:
         s = m.group(1)
     m = _MATRIX_RE.match(s)
     if m:
-        return _matrix(m.group(2), sub)
+        return _matrix(m.group(1), m.group(2), sub)
     m = _INF_RE.match(s)
     if m:
         return Infinity(-1 if m.group(1) == "-" else 1)
@@ -198,7 +202,8 @@ def _scalar(s: str, percent: bool, numeric_gold: bool) -> Answer:
     number = _number_words(word)
     if number is not None:
         s = str(number)
-    elif _WORD_ANSWER_RE.match(s.strip()) and len(s.strip()) >= 3 and word not in _MATH_WORDS:
+    elif _WORD_ANSWER_RE.match(s.strip()) and len(s.strip()) >= 3 and word not in _MATH_WORDS \
+            and re.search(r"[A-Za-z]{2}", s):  # "b - a" is a difference of variables, not a word
         return _word_answer(_text_key(s))
     try:
         expr = parse_expr(s)
@@ -295,8 +300,17 @@ def _text_key(s: str) -> str:
     return re.sub(r"[^a-z0-9]+", "", s.lower())
 
 
-def _matrix(body: str, sub) -> Answer:
-    rows = [r for r in re.split(r"\\\\", body) if r.strip()]
+def _matrix(env: str, body: str, sub) -> Answer:
+    if env.endswith("*"):
+        body = _ALIGN_OPTION_RE.sub("", body, count=1)
+    if env == "array":  # the column spec: {cc}, {c|c}, {@{}rr@{}}, {*{3}{c}}
+        stripped = body.lstrip()
+        if stripped.startswith("{"):
+            close = matching_brace(stripped, 0)
+            if close < 0:
+                return Unparsed(body, "bad array")
+            body = stripped[close + 1:]
+    rows = [r for r in re.split(r"\\\\|\\cr(?![a-zA-Z])", body) if r.strip()]
     if not rows or len(rows) > MAX_ITEMS:
         return Unparsed(body, "bad matrix")
     cells = [[c for c in row.split("&")] for row in rows]
@@ -337,16 +351,23 @@ def _relation(s: str, sub) -> Answer | None:
         interval = _half_line(lhs, op, rhs)
         return interval if interval is not None else Relation(lhs, op, rhs)
     if len(ops) == 2 and all(o in ("<", "<=") for o in ops):  # a < x <= b
-        return Interval(sub(sides[0]), sub(sides[2]), ops[0] == "<=", ops[1] == "<=")
+        return _chain(sub(sides[0]), sub(sides[1]), sub(sides[2]), ops[0] == "<=", ops[1] == "<=", s)
     if len(ops) == 2 and all(o in (">", ">=") for o in ops):  # b > x >= a
-        return Interval(sub(sides[2]), sub(sides[0]), ops[1] == ">=", ops[0] == ">=")
+        return _chain(sub(sides[2]), sub(sides[1]), sub(sides[0]), ops[1] == ">=", ops[0] == ">=", s)
     if all(o == "=" for o in ops):  # a = b = c: the last member is the value
         return Relation(sub(sides[-2]), "=", sub(sides[-1]))
     return Unparsed(s, "mixed relations")
 
 
-def _half_line(lhs: Answer, op: str, rhs: Answer) -> Answer | None:
-    """``x > 3`` -> ``(3, oo)``; ``x <= -1`` -> ``(-oo, -1]``; ``3 < x`` -> ``(3, oo)``."""
+def relation_as_interval(rel: Relation) -> Answer | None:
+    """An inequality in one variable with a bound in other variables (``x > a``) as the interval
+    ``(a, oo)``; None when it is not one."""
+    return _half_line(rel.lhs, rel.op, rel.rhs, variable_bound=True)
+
+
+def _half_line(lhs: Answer, op: str, rhs: Answer, *, variable_bound: bool = False) -> Answer | None:
+    """``x > 3`` -> ``(3, oo)``; ``x <= -1`` -> ``(-oo, -1]``; ``3 < x`` -> ``(3, oo)``; a linear
+    inequality in one variable is solved first (``-x > -1`` -> ``x < 1``, ``2x + 4 >= 0`` -> ``x >= -2``)."""
     if op == "=":
         return None
     if op == "!=":  # x != 2: every real number but 2
@@ -355,13 +376,91 @@ def _half_line(lhs: Answer, op: str, rhs: Answer) -> Answer | None:
         return None
     var_left = _is_variable(lhs)
     if not var_left and not _is_variable(rhs):
-        return None
+        solved = _solve_linear(lhs, op, rhs)
+        if solved is None:
+            return None
+        lhs, op, rhs = solved
+        var_left = True
     bound = rhs if var_left else lhs
+    if not variable_bound and not _constant(bound) and not isinstance(bound, (Infinity, Unparsed)):
+        return None  # y > -x stays an inequality (it is x + y > 0); x > a is compared as (a, oo) on demand
     upper = (op in ("<", "<=")) == var_left  # x < b: b is an upper bound; b < x: b is a lower bound
     closed = op in ("<=", ">=")
     if upper:
         return Interval(Infinity(-1), bound, False, closed)
     return Interval(bound, Infinity(1), closed, False)
+
+
+_FLIP = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}
+
+
+def _linear(a: Answer) -> tuple[str, Fraction, Fraction] | None:
+    """``(x, k, b)`` when ``a`` is ``k*x + b`` in its one variable ``x`` with rational ``k != 0`` and ``b``
+    (checked exactly at five points); None otherwise."""
+    if not isinstance(a, Scalar) or len(a.expr.variables) != 1:
+        return None
+    (name,) = a.expr.variables
+    points = (Fraction(0), Fraction(1), Fraction(2), Fraction(7), Fraction(1, 3))
+    try:
+        values = [evaluate(a.expr.tree, {name: t}) for t in points]
+    except (EvalError, TooLarge):
+        return None
+    if not all(isinstance(v, Fraction) for v in values):
+        return None
+    b, k = values[0], values[1] - values[0]
+    if k == 0 or any(v != b + k * t for v, t in zip(values, points)):
+        return None
+    return name, k, b
+
+
+def _constant(a: Answer) -> bool:
+    return isinstance(a, Scalar) and not a.expr.variables
+
+
+def _solved_bound(c: Scalar, k: Fraction, b: Fraction) -> Scalar:
+    """``(c - b) / k`` as an expression (exact, and ``c`` may be irrational)."""
+    if b == 0 and k == 1:
+        return c
+    tree = c.expr.tree
+    if b != 0:
+        tree = ("sub", tree, ("num", b))
+    if k != 1:
+        tree = ("div", tree, ("num", k))
+    return Scalar(Expr(tree, frozenset(), c.expr.decimal, ""), c.percent)
+
+
+def _solve_linear(lhs: Answer, op: str, rhs: Answer) -> tuple[Answer, str, Answer] | None:
+    """``lhs op rhs`` rewritten as ``x op' bound`` when it is linear in one variable ``x`` (dividing by
+    a negative coefficient flips the sign); None otherwise."""
+    left, right = _linear(lhs), _linear(rhs)
+    if left and _constant(rhs):
+        name, k, b = left
+        bound = _solved_bound(rhs, k, b)
+    elif right and _constant(lhs):
+        name, k, b = right
+        bound, op = _solved_bound(lhs, k, b), _FLIP[op]
+    elif left and right and left[0] == right[0] and left[1] != right[1]:  # 3x + 1 < x + 5
+        name, k, b = left[0], left[1] - right[1], left[2] - right[2]
+        bound = _solved_bound(Scalar(Expr(("num", Fraction(0)), frozenset(), False, "0")), k, b)
+    else:
+        return None
+    if k < 0:
+        op = _FLIP[op]
+    return Scalar(Expr(("var", name), frozenset({name}), False, name)), op, bound
+
+
+def _chain(lo: Answer, mid: Answer, hi: Answer, lo_closed: bool, hi_closed: bool, text: str) -> Answer:
+    """``lo < mid < hi`` as an interval of the variable in ``mid`` (solved when ``mid`` is linear)."""
+    if _is_variable(mid):
+        return Interval(lo, hi, lo_closed, hi_closed)
+    linear = _linear(mid)
+    if linear is None or not _constant(lo) or not _constant(hi):
+        return Unparsed(text, "chained relation of an expression")
+    _, k, b = linear
+    lo, hi = _solved_bound(lo, k, b), _solved_bound(hi, k, b)
+    if k < 0:
+        return Interval(hi, lo, hi_closed, lo_closed)
+    return Interval(lo, hi, lo_closed, hi_closed)
 
 
 def _is_variable(a: Answer) -> bool:

@@ -13,13 +13,22 @@ Rules, by the shape of the gold (see :mod:`verifiers.math.answer`):
   interval, so an exact answer or a full-precision decimal that rounds to it matches (``33.3`` vs
   ``\\frac{100}{3}``, ``0.29`` vs ``0.290243``); ``0.5`` (one digit) and answers rounded differently
   must match exactly (``3.14`` vs ``3.15``, ``1.5`` vs ``1.54`` differ).
+* **written precision** (``exact_decimals``): the relative tolerance never accepts what the written
+  digits rule out: a decimal gold is exact to half a unit in its last place (``12345.67`` is not
+  ``12345.68``), a decimal answer to an exact gold must be it rounded or cut at the answer's last
+  place (``1234567.4`` is not ``1234567``).
 * **percent**: ``50\\%`` matches ``50`` and ``0.5``.
+* **shapes**: a single value never equals a matrix, tuple or list of several entries (a 1x1 matrix
+  and a 1-tuple are their entry).
 * **formulas in variables** must use the same variables and agree at four fixed points
   (polynomial-identity testing: two different rational functions agree on random points with
   probability ~0); this is how ``(a+5)(b+2)`` equals ``ab+2a+5b+10`` without sympy.
 * **tuples** ``(a, b)`` compare in order; **sets** ``\\{a, b\\}``, bare lists ``a, b`` and ``\\pm``
   pairs compare as multisets; an open interval ``(a, b)`` and the pair ``(a, b)`` are the same text,
   so they match each other.
+* **inequalities** in one variable are solved when linear (``-x > -1`` is ``(-oo, 1)``, see
+  :mod:`verifiers.math.answer`); two inequalities match when ``lhs - rhs``, signed by their
+  direction, differ by a positive factor (``y > -x`` is ``x + y > 0``), strict against strict.
 * **equations**: ``x = 3`` matches ``3`` either way round; two equations ``y = ...`` compare their
   right sides; general equations match when ``lhs - rhs`` differ by a non-zero constant factor.
 * **intervals, unions, matrices** compare part by part; a column vector matches the same tuple.
@@ -35,7 +44,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from rlvr.verifiers.math.answer import (
-    Answer, Choice, Infinity, Interval, Matrix, Relation, Scalar, Seq, Text, Union_, Unparsed,
+    Answer, Choice, Infinity, Interval, Matrix, Relation, Scalar, Seq, Text, Union_, Unparsed, relation_as_interval,
 )
 from rlvr.verifiers.math.evaluate import evaluate
 from rlvr.verifiers.math.expr import EvalError, TooLarge
@@ -49,10 +58,12 @@ _POINTS = ((0.7373, 1.3161, 0.4142, 1.9129), (1.2247, 0.5772, 1.6180, 0.8415),
 class Tolerance:
     """How close two numbers must be. ``relative`` applies when a decimal literal is involved;
     ``rounded_gold`` accepts a more precise answer that rounds to a decimal gold with at least two
-    significant digits (gold ``33.3``, answer ``\\frac{100}{3}`` or ``33.33``)."""
+    significant digits (gold ``33.3``, answer ``\\frac{100}{3}`` or ``33.33``); ``exact_decimals``
+    keeps the relative tolerance within the digits written (gold ``12345.67`` is not ``12345.68``)."""
 
     relative: float = 1e-6
     rounded_gold: bool = True
+    exact_decimals: bool = True  # a decimal gold is exact to its last written digit (see _within_written_precision)
 
 
 def compare(gold: Answer, pred: Answer, tol: Tolerance | float) -> bool | None:
@@ -73,6 +84,8 @@ def _scalar(gold: Scalar, pred: Answer, tol: Tolerance) -> bool | None:
     if not isinstance(pred, Scalar):
         if isinstance(pred, Seq) and len(pred.items) == 1:
             return compare(gold, pred.items[0], tol)
+        if isinstance(pred, Matrix) and len(pred.rows) == 1 and len(pred.rows[0]) == 1:
+            return compare(gold, pred.rows[0][0], tol)  # a 1x1 matrix is its entry; any other shape is not a value
         return False
     g, p = gold.expr, pred.expr
     if g.variables != p.variables:
@@ -85,16 +98,48 @@ def _scalar(gold: Scalar, pred: Answer, tol: Tolerance) -> bool | None:
         pv = evaluate(p.tree)
     except EvalError:
         return None
-    candidates = [pv]
+    candidates = [(pv, pred.ulp)]  # (value, unit in its last written place), rescaled with a percent sign
     if pred.percent and not gold.percent:
-        candidates.append(pv / 100)
+        candidates.append((pv / 100, pred.ulp / 100 if pred.ulp is not None else None))
     if gold.percent and not pred.percent:
-        candidates.append(pv * 100)
-    if any(values_equal(gv, c, tol.relative if approx else EXACT_REL_TOL, exact=not approx) for c in candidates):
-        if not approx and _near_miss(gv, pv):
-            return None  # equal to 1e-9 but not to rounding error (e^{100} vs e^{100}+1): sympy decides
+        candidates.append((pv * 100, pred.ulp * 100 if pred.ulp is not None else None))
+    for c, ulp in candidates:
+        if values_equal(gv, c, tol.relative if approx else EXACT_REL_TOL, exact=not approx) \
+                and (not tol.exact_decimals or _within_written_precision(gold, gv, c, ulp)):
+            if not approx and _near_miss(gv, pv):
+                return None  # equal to 1e-9 but not to rounding error (e^{100} vs e^{100}+1): sympy decides
+            return True
+    return tol.rounded_gold and any(_rounds_to_gold(gold, pred, gv, c) for c, _ in candidates)
+
+
+def _within_written_precision(gold: Scalar, gv, pv, pred_ulp) -> bool:
+    """A relative tolerance must not accept what the written digits rule out.
+
+    * a decimal gold is exact to its last written place: ``12345.67`` and ``12345.68`` differ,
+      although they agree to 1e-6 (the answer may differ by less than half a unit there: a value that
+      rounds to the gold);
+    * a decimal answer to an exact gold (an integer, a fraction, ``\\sqrt{2}``) must be that value
+      rounded or cut at the answer's last written place: ``0.666667`` or ``0.666666`` for ``2/3``,
+      not ``0.666668``, and not ``1234567.4`` for ``1234567``.
+    """
+    if gold.ulp is None and pred_ulp is None:
         return True
-    return tol.rounded_gold and any(_rounds_to_gold(gold, pred, gv, c) for c in candidates)
+    try:
+        diff = abs(gv - pv) if isinstance(gv, Fraction) and isinstance(pv, Fraction) else abs(complex(gv) - complex(pv))
+    except (OverflowError, TypeError):
+        return False
+    if diff == 0:
+        return True
+    exact = isinstance(diff, Fraction)
+    if gold.ulp is not None:
+        return diff <= (gold.ulp / 2 if exact else float(gold.ulp) / 2 * (1 + 1e-12))
+    if diff <= (pred_ulp / 2 if exact else float(pred_ulp) / 2 * (1 + 1e-12)):
+        return True  # rounded at the answer's last place
+    try:  # or cut there: 0.666666 for 2/3 (towards zero, by less than one unit)
+        shorter = abs(complex(pv)) < abs(complex(gv))
+    except (OverflowError, TypeError):
+        return False
+    return shorter and diff < (pred_ulp if exact else float(pred_ulp))
 
 
 def _near_miss(a, b) -> bool:
@@ -206,6 +251,8 @@ def _interval_as_pair(interval: Interval, pair: Seq, tol) -> bool | None:
 
 
 def _interval(gold: Interval, pred: Answer, tol) -> bool | None:
+    if isinstance(pred, Relation) and relation_as_interval(pred) is not None:  # x > a for (a, oo)
+        pred = relation_as_interval(pred)
     if isinstance(pred, Seq) and pred.kind == "tuple" and len(pred.items) == 2:
         return _interval_as_pair(gold, pred, tol)
     if not isinstance(pred, Interval):
@@ -258,11 +305,16 @@ def _matrix(gold: Matrix, pred: Answer, tol) -> bool | None:
 
 
 def _relation(gold: Relation, pred: Answer, tol) -> bool | None:
+    if isinstance(pred, Interval) and relation_as_interval(gold) is not None:  # x > a against (a, oo)
+        return _interval(relation_as_interval(gold), pred, tol)
     if not isinstance(pred, Relation):
         # x = 5 vs 5; y = 2x + 3 vs 2x + 3: only when the left side is a lone variable.
         if gold.op == "=" and _lone_variable(gold.lhs):
             return compare(gold.rhs, pred, tol)
         return False
+    if gold.op in _INEQUALITIES and pred.op in _INEQUALITIES \
+            and all(isinstance(x, Scalar) for x in (gold.lhs, gold.rhs, pred.lhs, pred.rhs)):
+        return _same_inequality(gold, pred)
     if gold.op != pred.op:
         flipped = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(pred.op)
         if flipped == gold.op:
@@ -275,6 +327,49 @@ def _relation(gold: Relation, pred: Answer, tol) -> bool | None:
     if gold.op == "=" and all(isinstance(x, Scalar) for x in (gold.lhs, gold.rhs, pred.lhs, pred.rhs)):
         return _proportional_equations(gold, pred)
     return _all_pairs((gold.lhs, gold.rhs), (pred.lhs, pred.rhs), tol)
+
+
+_INEQUALITIES = ("<", "<=", ">", ">=")
+
+
+def _same_inequality(gold: Relation, pred: Relation) -> bool | None:
+    """Two inequalities ``f < 0`` and ``g < 0`` (each written as ``lhs - rhs < 0``, or ``rhs - lhs < 0``
+    for ``>``) describe the same set when ``f / g`` is a *positive* constant: ``-x > -1`` is ``x < 1``
+    (multiplying by -1 flips the sign), ``y > -x`` is ``x + y > 0``; ``y < -x`` is not."""
+    if (gold.op in ("<=", ">=")) != (pred.op in ("<=", ">=")):
+        return False  # strict and non-strict differ on the boundary
+    names = sorted(gold.lhs.expr.variables | gold.rhs.expr.variables | pred.lhs.expr.variables
+                   | pred.rhs.expr.variables)
+    if (gold.lhs.expr.variables | gold.rhs.expr.variables) != (pred.lhs.expr.variables | pred.rhs.expr.variables):
+        return False
+    ratio = None
+    decided = 0
+    for point in _POINTS:
+        env = {name: complex(point[i % len(point)] + 0.1 * (i // len(point))) for i, name in enumerate(names)}
+        try:
+            g = _signed_side(gold, env)
+            p = _signed_side(pred, env)
+        except EvalError:
+            continue
+        if abs(p) < 1e-12 or abs(g) < 1e-12:
+            if abs(p) < 1e-12 and abs(g) < 1e-12:
+                continue
+            return False
+        r = g / p
+        if abs(r.imag) > 1e-9 * abs(r) or r.real <= 0:
+            return False
+        if ratio is None:
+            ratio = r
+        elif abs(r - ratio) > 1e-8 * max(abs(r), abs(ratio)):
+            return False
+        decided += 1
+    return True if decided >= 2 else None
+
+
+def _signed_side(rel: Relation, env) -> complex:
+    """``lhs - rhs`` for ``<``/``<=``, ``rhs - lhs`` for ``>``/``>=``: the relation is ``value < 0``."""
+    diff = complex(evaluate(rel.lhs.expr.tree, env)) - complex(evaluate(rel.rhs.expr.tree, env))
+    return diff if rel.op in ("<", "<=") else -diff
 
 
 def _lone_variable(a: Answer) -> bool:

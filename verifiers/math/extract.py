@@ -1,18 +1,34 @@
 """Find the final answer(s) a response commits to.
 
+Before anything else the response is cut at the first chat-template or special token it wrote
+after its text (``<|im_end|>``, ``<|im_start|>``, ``<|endoftext|>``, ``<|eot_id|>``, ``</s>``,
+``<end_of_turn>``, ...): what follows is a turn the model invented, not its answer.
+
 Markers, strongest first (the first tier present wins):
 
 1. ``<answer>...</answer>`` tags (their content is searched again for the markers below);
 2. ``\\boxed{...}`` / ``\\fbox{...}`` (every box in the final region);
 3. statements: "the answer is ...", "final answer: ...", an ``Answer:`` line (markdown allowed:
-   ``**Answer: B**``), a "Final Answer" heading followed by its line, GSM8K's ``#### N``;
+   ``**Answer: B**``), a "Final Answer" heading followed by its line, GSM8K's ``#### N``; a
+   statement that is a sentence keeps its value ("Final Answer: The largest n is 34" -> 34), and a
+   display (``$$...$$``, ``\\[...\\]``, a matrix environment) continues over the lines it spans;
 4. a bold ``**...**`` on the last line;
-5. the last number (``fallback="last_number"``), refused where the response ends in the middle of
-   a number or an expression (it looks truncated) or the number closes an enumeration
-   (``1, 2, 3, 4, 5``): a match there would be luck, not an answer.
+5. with ``fallback="last_number"``, the concluding value: the math segment (``$...$``, ``\\[...\\]``,
+   a matrix environment) holding the last number when it ends the last sentence ("Therefore
+   $(p, q) = (3, 2)$." -> the pair; a matrix stays a matrix), or ``X`` in "X is the solution";
+   else the last number. Refused where the response ends in the middle of a number or an
+   expression (it looks truncated) or the number closes an enumeration (``1, 2, 3, 4, 5``).
+
+Tiers 1-3 are *explicit* final-answer markers. A response cut off by the length limit
+(``finish_reason="length"``) has an answer only through one of them, and none while its reasoning
+block (``<think>``) is still open or when it retracted its last answer ("that is wrong") before
+the cut.
 
 Every answer of the winning tier is returned, plus any box or statement written *after* its last
 one, so that the verifier can see a response that commits to two different answers (hedging).
+A *self-correction* is not hedging: when an explicit revision ("Wait, that is wrong", "Actually,",
+"I made a mistake", "let me recheck") separates earlier answers from later ones, with no hedge
+("or maybe", "alternatively", ...) between them, only the answers after it count.
 The final region is what follows the closing ``</think>`` tag when there is one.
 """
 
@@ -54,7 +70,7 @@ _OR_PAIR_RE = re.compile(r"\d[\d./]*\s*(?:,\s*(?:or\b)?|\bor\b)(?:\s+(?:maybe|pe
 _NEGATED_BEFORE_RE = re.compile(r"(?i)(?:\bnot|n't|\bnever|\bno\s+longer)\s+(?:equal\s+to\s+|be\s+|exactly\s+)?\$?$")
 _MARKDOWN_BOLD_RE = re.compile(r"(?<![\w)\]])\*\*|\*\*(?![\w(\[])")  # "**73**" but not "10**23"
 _THOUSANDS_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)")
-_MATH_SEGMENT_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)", re.S)
+_MATH_SEGMENT_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|(?<!\\)\\\[(.+?)(?<!\\)\\\]", re.S)
 _CONNECTOR_RE = re.compile(r"(?i)^\s*(?:,?\s*(?:or|and)\s*|,\s*)$")
 # Phrases that propose another answer next to the committed one ("the answer is 3, or maybe 4",
 # "Alternatively, it could be 4", "Wait, no, it's 4"): what follows them joins the candidates.
@@ -65,9 +81,37 @@ _ALTERNATIVE_CUE_RE = re.compile(
     r"|\banother\s+(?:possible\s+)?(?:answer|option|value|solution)\s+(?:is|would\s+be|could\s+be|might\s+be)\b"
     r"|\bor\s+(?:it\s+|the\s+answer\s+)?(?:could|might|may)\s+be\b"
     r"|\banswer\s+(?:would|could|might)\s+(?:instead\s+)?be\b"
-    r"|\(\s*or\b(?!\s+(?:else|otherwise|not)\b)"
-    r"|\b(?:actually|wait|oops|correction|no)\b[,.!:]?\s+(?:no[,.!]?\s+)?(?:it'?s|it\s+is|the\s+answer\s+is|that'?s|i\s+think\s+it'?s)\b)"
+    r"|\(\s*or\b(?!\s+(?:else|otherwise|not)\b))"
     r"[\s:*$]*")
+# A revision that names its new value ("Wait, no, it's 4", "Actually, it's 13"): the value is a later answer.
+_REVISION_VALUE_RE = re.compile(
+    r"(?i)\b(?:actually|wait|oops|correction|no)\b[,.!:]?\s+(?:no[,.!]?\s+)?"
+    r"(?:it'?s|it\s+is|the\s+answer\s+is|that'?s|i\s+think\s+it'?s)\b[\s:*$]*")
+# An explicit revision of what was written before: a sentence opening with "Wait", "Actually", "No,",
+# "Oops", or "that is wrong", "I made a mistake", "let me recheck". Answers after it replace those before.
+_REVISION_RE = re.compile(
+    r"(?im)(?:(?:^|(?<=[.!?;:\n]))[ \t\n]*(?:\*\*)?(?:(?:hmm+|oh|ah|uh|um+|well|but)[,.!]*\s+)?"
+    r"(?:wait|hold\s+on|oops|whoops|actually|no|nope|correction|"
+    r"on\s+second\s+thought|scratch\s+that)\b(?!\s+(?:matter|one|other|longer|more|further|solutions?|real|such|"
+    r"need|way)\b)"
+    r"|\b(?:that|this|it|which)(?:'s|\s+is|\s+was)\s+(?:wrong|incorrect|not\s+(?:right|correct))\b"
+    r"|\b(?:i|we)\s+(?:made|have\s+made|'ve\s+made)\s+(?:a|an)\s+(?:\w+\s+)?(?:mistake|error)\b"
+    r"|\bmy\s+(?:mistake|error|bad)\b|\b(?:i|we)\s+(?:was|were)\s+wrong\b|\b(?:i|we)\s+miscalculated\b"
+    r"|\blet(?:\s+(?:me|us)|'s)\s+(?:re-?check|re-?calculate|recompute|re-?do|re-?examine|re-?consider|re-?evaluate|"
+    r"correct|fix)\b)")
+# A retraction strong enough to withdraw the last answer of a cut-off response with nothing after it.
+_RETRACTION_RE = re.compile(
+    r"(?i)\b(?:that|this|it|which)(?:'s|\s+is|\s+was)\s+(?:wrong|incorrect|not\s+(?:right|correct))\b"
+    r"|\b(?:i|we)\s+(?:made|have\s+made|'ve\s+made)\s+(?:a|an)\s+(?:\w+\s+)?(?:mistake|error)\b"
+    r"|\bmy\s+(?:mistake|error)\b|\b(?:i|we)\s+(?:was|were)\s+wrong\b|\b(?:i|we)\s+miscalculated\b"
+    r"|\bscratch\s+that\b|\blet\s+me\s+(?:redo|start\s+over)\b")
+# Between a retracted answer and its replacement these make it a hedge, not a correction.
+_GAP_HEDGE_RE = re.compile(
+    r"(?i)\bor\s+(?:maybe|perhaps|possibly)\b|\balternative(?:ly|s)?\b|\b(?:could|might|may)\s+also\s+be\b"
+    r"|\banother\s+(?:possible\s+)?(?:answer|option|value|solution)\b|\beither\b|\bcandidates?\b")
+_ADDITION_RE = re.compile(r"(?i)\banother\b|\balso\b|\bas\s+well\b|\badditional(?:ly)?\b|\bin\s+addition\b"
+                          r"|\b(?:second|other)\s+(?:root|solution|answer|value|case)s?\b")
+_GAP_OR_RE = re.compile(r"(?i)^[\s$.,;:*)\]}]*or\b")
 _CONNECTIVE_RE = re.compile(r"(?i)\s(?:because|since|as|which|if|when|where|depending|but|so|for|given|though|although|instead)\b")
 _TRUNCATED_TAIL_RE = re.compile(r"(?:[-+*/=^(\[{,]|\\[a-zA-Z]*|\d)$")
 
@@ -80,6 +124,7 @@ class Extraction:
     answers: list[str] = field(default_factory=list)
     source: str | None = None
     alternatives: list[str] = field(default_factory=list)
+    revised: list[str] = field(default_factory=list)  # answers a self-correction replaced (before ``answers``)
 
     @property
     def found(self) -> bool:
@@ -184,40 +229,157 @@ def _math_chain(rest: str) -> str | None:
     return " ".join(chain)
 
 
+# "Therefore, " / "In conclusion, " in front of a concluding sentence.
+_CONCLUDING_RE = re.compile(r"(?i)^(?:(?:therefore|thus|hence|so|finally|consequently|overall|altogether|in\s+conclusion|"
+                            r"in\s+summary|in\s+total|in\s+all|we\s+conclude\s+that|this\s+means\s+that)\b[,:]?\s*)+")
+# "The largest $n$ is $34$" -> "$34$": a sentence whose subject names the quantity and whose verb gives it.
+_COPULA_RE = re.compile(
+    r"(?i)^(?:the|our|this|that|its|his|her|their)\s+(?P<subject>[^=<>\d]{1,80}?)\s+(?:is|are|equals|was|were|"
+    r"will\s+be|would\s+be|must\s+be|should\s+be|comes\s+to|=)\s+(?P<value>\S.*)$")
+# "$x \ge 5$ is the solution" -> "$x \ge 5$": the value first, then what it is.
+_SOLUTION_RE = re.compile(
+    r"(?i)^(?P<value>\S.{0,120}?)\s+(?:is|are|gives|describes)\s+(?:the|our)\s+(?:(?:only|final|complete|required|desired|"
+    r"correct|unique|general|full)\s+)*(?:solutions?(?:\s+set)?|set\s+of\s+solutions|answers?|results?|values?|"
+    r"roots?|range|domain)\b")
+
+
+def _conclusion_value(sentence: str) -> str:
+    """The value a concluding sentence states ("The largest n is 34" -> "34"; "x >= 5 is the
+    solution" -> "x >= 5"); the sentence itself when it is not of that form."""
+    s = _CONCLUDING_RE.sub("", sentence.strip())
+    m = _SOLUTION_RE.match(s)
+    if m and _formula_like(m.group("value")):
+        return m.group("value").strip()
+    m = _COPULA_RE.match(s)
+    if m and len(_MATH_SEGMENT_RE.sub(" x ", m.group("subject")).split()) <= 8:
+        return m.group("value").strip()
+    return s
+
+
+def _formula_like(s: str) -> bool:
+    """Math rather than prose: a digit or a math segment, and at most one word of three letters or more
+    outside LaTeX commands and math segments (``x >= 5``, ``$n \\le 7$``, ``sqrt(2)``)."""
+    if not re.search(r"[\d$\\]", s):
+        return False
+    bare = re.sub(r"\\[a-zA-Z]+", " ", _MATH_SEGMENT_RE.sub(" ", _ENV_NAME_RE.sub(" ", s)))
+    return len([w for w in re.findall(r"[A-Za-z]{3,}", bare) if w.lower() not in _MATH_WORDS]) <= 1
+
+
+_ENV_NAME_RE = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
+_MATH_WORDS = {"sqrt", "sin", "cos", "tan", "log", "exp", "pi", "inf", "infty", "and", "or"}
+
+
 def _clean_statement(rest: str) -> str:
     """The answer part of a statement line: its first sentence (a period inside ``$...$`` does not
-    end it), then its math segments if it has any, with fillers and markdown removed."""
+    end it), then its value if it is a concluding sentence, then its math segments if it has any,
+    with fillers and markdown removed."""
     rest = _MARKDOWN_BOLD_RE.sub(" ", rest).replace("__", " ").strip(" *_\t")
     spans = [m.span() for m in _MATH_SEGMENT_RE.finditer(rest)]
     for end in _SENTENCE_END_RE.finditer(rest):
         if not any(a <= end.start() < b for a, b in spans):
             rest = rest[: end.start()]
             break
+    rest = _conclusion_value(rest)
     chain = _math_chain(rest)
     if chain is not None:
         return chain.strip()
     rest = _FILLER_RE.sub("", rest.strip())
-    return rest.strip(" *_\t:")
+    return _sole_number(rest.strip(" *_\t:"))
 
 
-def _statements(text: str) -> list[tuple[int, str]]:
-    found: list[tuple[int, str]] = []
+_QUALIFIERS = {"or", "and", "least", "most", "than", "less", "more", "not", "between", "either", "neither", "nor",
+               "each", "per", "every", "times", "plus", "minus", "over", "under", "up", "to", "from"}
+
+
+def _sole_number(s: str) -> str:
+    """``"there are 15 such numbers"`` -> ``"15"``: a sentence after an explicit marker that states a
+    single number and qualifies it with nothing ("at least", "or", "per") gives that number."""
+    words = re.findall(r"[A-Za-z]{2,}", s)
+    if len(words) <= 2 or "\\" in s or any(w.lower() in _QUALIFIERS for w in words):
+        return s
+    numbers = list(_NUMBER_RE.finditer(s))
+    if len(numbers) != 1 or re.search(r"[=<>^/*+]", s.replace(numbers[0].group(0), " ")):
+        return s
+    return numbers[0].group(0).strip()
+
+
+MAX_DISPLAY = 2000  # a display or environment that continues a statement over several lines, at most
+
+
+def _display_end(text: str, start: int, end: int) -> int:
+    """``end``, moved to the end of a later line while ``text[start:end]`` leaves a display (``$$``,
+    ``\\[``) or an environment (``\\begin{...}``) open; unchanged when it does not close soon."""
+    limit = min(len(text), end + MAX_DISPLAY)
+    pos = end
+    for _ in range(4):  # nested environments close one by one
+        chunk = text[start:pos]
+        if chunk.count("$$") % 2:
+            closer = "$$"
+        elif len(_OPEN_DISPLAY_RE.findall(chunk)) > len(_CLOSE_DISPLAY_RE.findall(chunk)):
+            closer = "\\]"
+        elif chunk.count("\\begin{") > chunk.count("\\end{"):
+            closer = "\\end{"
+        else:
+            return pos
+        found = text.find(closer, pos, limit)
+        if found < 0:
+            return end
+        line_end = text.find("\n", found + len(closer), limit)
+        pos = limit if line_end < 0 else line_end
+    return end
+
+
+_OPEN_DISPLAY_RE = re.compile(r"(?<!\\)\\\[")
+_CLOSE_DISPLAY_RE = re.compile(r"(?<!\\)\\\]")
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One answer the response commits to: ``text`` found at ``text[pos:end]``."""
+
+    pos: int
+    end: int
+    text: str
+
+
+def _statement_item(text: str, start: int, line_end: int) -> _Item | None:
+    end = _display_end(text, start, line_end)
+    raw = text[start:end]
+    value = _clean_statement(raw.replace("\n", " ") if end > line_end else raw)
+    if not value or _NEGATION_RE.match(value) or _NEGATION_RE.match(raw.lstrip(" \t*_$:")) \
+            or not _looks_like_answer(value):
+        return None
+    where = raw.find(value[:40])
+    return _Item(start, start + where + len(value) if where >= 0 else start + 1, value)
+
+
+def _statements(text: str) -> list[_Item]:
+    found: list[_Item] = []
     for regex in _STATEMENT_RES:
         pos = 0
         while True:  # overlapping search: "the answer is not 5, it is 6. Answer: 6" holds two statements
             m = regex.search(text, pos)
             if not m:
                 break
-            found.append((m.start("rest"), _clean_statement(m.group("rest"))))
+            item = _statement_item(text, m.start("rest"), m.end("rest"))
+            if item:
+                found.append(item)
             pos = m.start("rest")
     for m in _HEADING_RE.finditer(text):
-        following = text[m.end():].lstrip("\n")
-        line = following.split("\n", 1)[0] if following else ""
-        found.append((m.start(), _clean_statement(line[:MAX_STATEMENT])))
+        following = text[m.end():]
+        skipped = len(following) - len(following.lstrip("\n"))
+        start = m.end() + skipped
+        line_end = text.find("\n", start)
+        line_end = len(text) if line_end < 0 else min(line_end, start + MAX_STATEMENT)
+        item = _statement_item(text, start, line_end)
+        if item:
+            found.append(_Item(m.start(), item.end, item.text))
     for m in _GSM8K_RE.finditer(text):
-        found.append((m.start(), _clean_statement(m.group("rest"))))
-    unique = {pos: s for pos, s in found}  # both regexes may find the same statement
-    return sorted((pos, s) for pos, s in unique.items() if s and not _NEGATION_RE.match(s) and _looks_like_answer(s))
+        item = _statement_item(text, m.start("rest"), m.end("rest"))
+        if item:
+            found.append(_Item(m.start(), item.end, item.text))
+    unique = {item.pos: item for item in found}  # both regexes may find the same statement
+    return sorted(unique.values(), key=lambda item: item.pos)
 
 
 def _short_answer(s: str) -> bool:
@@ -237,11 +399,78 @@ def _looks_like_answer(s: str) -> bool:
     return len(words) <= 3 and words[0] not in _PROSE_START
 
 
+# ----------------------------------------------------------------------------- special tokens
+# Chat-template and special tokens: <|im_end|>, <|eot_id|>, <|start_header_id|>, DeepSeek's <｜end▁of▁sentence｜>,
+# </s>, <eos>, Gemma's <end_of_turn>, Llama-2's [INST]. Text after one is a turn the model invented.
+_SPECIAL_TOKEN_RE = re.compile(
+    r"<\|[A-Za-z][A-Za-z0-9_.:-]{1,40}\|>|<\uff5c[^\uff5c<>\n]{1,40}\uff5c>"
+    r"|</s>|<eos>|<pad>|<(?:start|end)_of_(?:turn|text)>|\[/?INST\]")
+_ROLE_RE = re.compile(r"(?i)^\s*(?:system|user|assistant|model|human|gpt|bot)?\s*$")
+MAX_LEADING_TOKENS = 16
+
+
+def cut_at_special_tokens(text: str) -> str:
+    """``text`` up to the first special token that follows its content (tokens and role names that
+    open it, ``<|im_start|>assistant``, are skipped)."""
+    if "<" not in text and "[" not in text:
+        return text
+    pos = 0
+    for n, m in enumerate(_SPECIAL_TOKEN_RE.finditer(text)):
+        if n >= MAX_LEADING_TOKENS or not _ROLE_RE.match(text[pos: m.start()]):
+            return text[: m.start()]
+        pos = m.end()
+    return text
+
+
+# ----------------------------------------------------------------------------- self-correction
+def _revision_values(region: str, start: int) -> list[_Item]:
+    """Answers named by a revision after ``start`` ("Wait, no, it's 4" -> 4)."""
+    found = []
+    for n, cue in enumerate(_REVISION_VALUE_RE.finditer(region, start)):
+        if n >= 64:
+            break
+        line = region[cue.end(): cue.end() + MAX_STATEMENT].split("\n", 1)[0]
+        value = _clause(_clean_statement(line))
+        if value and _looks_like_answer(value) and not _NEGATION_RE.match(value):
+            found.append(_Item(cue.end(), cue.end() + len(value), value))
+        if len(found) >= 8:
+            break
+    return found
+
+
+def _revision_cut(region: str, items: list[_Item]) -> int | None:
+    """Where the answers that count begin: the last explicit revision with answers before and after it,
+    unless a hedge sits between them (then every answer counts and the verifier sees the hedge)."""
+    if len(items) < 2:
+        return None
+    cues = list(_REVISION_RE.finditer(region, items[0].end, items[-1].pos))[-64:]
+    for cue in reversed(cues):
+        before = [i for i in items if i.end <= cue.start()]
+        after = [i for i in items if i.pos >= cue.end()]
+        if not before or not after:
+            continue
+        gap = region[before[-1].end: after[0].pos]
+        if _GAP_HEDGE_RE.search(gap) or _GAP_OR_RE.match(gap):
+            return None
+        if _ADDITION_RE.search(region[cue.start(): cue.end() + 100]) or _ADDITION_RE.search(gap[-100:]):
+            return None  # "Actually, there is another root: \boxed{5}" adds an answer, it does not replace one
+        return cue.start()
+    return None
+
+
+# ----------------------------------------------------------------------------- extraction
 def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last_number",
-            max_chars: int = 20_000) -> Extraction:
-    """The answers ``text`` commits to (module docstring); ``Extraction([])`` when there is none."""
+            max_chars: int = 20_000, finish_reason: str | None = None) -> Extraction:
+    """The answers ``text`` commits to (module docstring); ``Extraction([])`` when there is none.
+
+    ``finish_reason="length"`` (the response was cut off by the token limit) accepts explicit
+    markers only (tiers 1-3)."""
+    text = cut_at_special_tokens(text)
     if len(text) > max_chars:
         text = text[-max_chars:]  # the final answer is at the end; hostile megabytes are not read
+    truncated = finish_reason == "length"
+    if truncated and think_tag and f"<{think_tag}>" in text and f"</{think_tag}>" not in text:
+        return Extraction([], "truncated")  # cut off while still reasoning
     region = final_region(text, think_tag)
 
     tags = answer_tags(region)
@@ -256,7 +485,7 @@ def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last
             elif content.strip() and _short_answer(content):
                 answers.append(content.strip())
             elif fallback == "last_number":
-                answers.extend(_last_number(content).answers)
+                answers.extend(_fallback(content).answers)
         return Extraction([a for a in answers if a.strip()], "answer_tag", alternatives)
 
     boxes = find_boxed(region)
@@ -265,11 +494,26 @@ def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last
         return Extraction([], "truncated")  # the last box was never closed: the response was cut off
     statements = _statements(region)
     if boxes:
-        last_box_end = boxes[-1][1]
-        later = [s for pos, s in statements if pos >= last_box_end]
-        return Extraction([b[2] for b in boxes] + later, "boxed", alternatives_after(region, boxes[0][0]))
-    if statements:
-        return Extraction([s for _, s in statements], "statement", alternatives_after(region, statements[0][0]))
+        items = [_Item(start, end, content) for start, end, content in boxes]
+        items += [s for s in statements if s.pos >= boxes[-1][1]]
+        source = "boxed"
+    elif statements:
+        items, source = statements, "statement"
+    else:
+        items, source = [], None
+    if truncated:  # a statement running into the cut may be cut itself ("The answer is 12" of "... 125")
+        items = [i for i in items if i not in statements or region[i.end:].strip(" \t*_$")]
+    if items:
+        items = sorted(items + _revision_values(region, items[0].end), key=lambda i: i.pos)
+        cut = _revision_cut(region, items)
+        revised = [i.text for i in items if cut is not None and i.pos < cut]
+        if cut is not None:
+            items = [i for i in items if i.pos >= cut]
+        if truncated and _RETRACTION_RE.search(region, items[-1].end):
+            return Extraction([], "retracted")  # "\boxed{5}. Wait, that is wrong: ..." and then the cut
+        return Extraction([i.text for i in items], source, alternatives_after(region, items[0].pos), revised)
+    if truncated:
+        return Extraction([], "truncated")  # no explicit final answer before the cut
 
     lines = [ln for ln in region.strip().split("\n") if ln.strip()]
     if lines:
@@ -277,22 +521,147 @@ def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last
         if bolds and re.search(r"[\d\\]|^\(?[A-J]\)?$", bolds[-1].strip()):
             return Extraction([bolds[-1].strip()], "bold", alternatives_after(region, region.rfind(lines[-1])))
     if fallback == "last_number":
-        return _last_number(region)
+        return _fallback(region)
     return Extraction([], None)
 
 
-def _last_number(region: str) -> Extraction:
+# ----------------------------------------------------------------------------- the fallback
+_DELIMITER_RE = re.compile(r"\\\\|\\\$|\$\$|\$|\\\(|\\\)|\\\[|\\\]")
+_CLOSER = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
+MAX_SEGMENT = 1500
+# After the concluding math segment only the end of its sentence may follow ("$x > 3$ is the solution.").
+_SENTENCE_TAIL_RE = re.compile(r"^[\s.,;:!?)]*(?:[^\s.!?\d$\\][^.!?\d$\\\n]{0,80})?[.!?]?[\s*_]*$")
+_SEGMENT_SPLIT_RE = re.compile(
+    r"\\(?:Rightarrow|Longrightarrow|implies|iff|therefore|approx|equiv|quad|qquad|sim|simeq|to)(?![a-zA-Z])|;|\\\\")
+# "x = 5 \quad\text{or}\quad x = -5" is two answers, not "x = -5": no split at \quad then.
+_SEGMENT_CONNECTOR_RE = re.compile(r"\\text\s*\{\s*(?:or|and)\s*\}|\\(?:lor|vee|land)(?![a-zA-Z])|\s(?:or|and)\s")
+# A sentence that rejects the value before it: "$5$ is not the answer", "12 is wrong".
+_NEGATED_AFTER_RE = re.compile(r"(?i)^[^.!?\n\d]{0,30}?(?:\b(?:is|are|was|were|does|do|would\s+be)\s+not\b|n't\b"
+                               r"|\b(?:wrong|incorrect)\b)")
+_MOD_RE = re.compile(r"\\pmod\s*\{[^{}]*\}|\\pmod\s*\w+|\(\s*\\(?:bmod|mod)\s*[^()]*\)|\\bmod\s*\w+")
+_ENV_OPEN_RE = re.compile(r"\\begin\{([a-zA-Z]*matrix\*?|array)\}")
+_PLAIN_SOLUTION_RE = re.compile(
+    r"(?i)(?:^|(?<=[.!?:;\n]))\s*(?:(?:therefore|thus|hence|so|finally|consequently)\b,?\s*)?"
+    r"(?P<value>[^.!?:;\n]{1,80}?)\s+(?:is|are)\s+(?:the|our)\s+(?:(?:only|final|complete|required|desired|"
+    r"correct|unique)\s+)*(?:solutions?(?:\s+set)?|set\s+of\s+solutions|answers?)\b[^.!?\n\d]{0,60}[.!]?\s*$")
+_PLAIN_VALUE_RE = re.compile(r"^[\w\s+\-*/^=<>!\u2264\u2265\u2260().,{}|\\]+$")
+
+
+def _math_spans(s: str, start: int) -> list[tuple[int, int, int, int]]:
+    """``(content_start, content_end, outer_start, outer_end)`` of each closed ``$...$``, ``$$...$$``,
+    ``\\(...\\)``, ``\\[...\\]`` in ``s[start:]`` (a linear scan; ``\\$`` is a dollar, ``\\\\`` a row break)."""
+    spans = []
+    opener = None
+    open_at = content_at = 0
+    for m in _DELIMITER_RE.finditer(s, start):
+        token = m.group(0)
+        if token in ("\\\\", "\\$"):
+            continue
+        if opener is None:
+            if token in _CLOSER:
+                opener, open_at, content_at = token, m.start(), m.end()
+        elif token == _CLOSER[opener]:
+            spans.append((content_at, m.start(), open_at, m.end()))
+            opener = None
+    return spans
+
+
+def _environment_span(s: str, index: int) -> tuple[int, int] | None:
+    """The matrix environment (``\\begin{pmatrix}...\\end{pmatrix}``) around ``s[index]``, if any."""
+    for m in reversed(list(_ENV_OPEN_RE.finditer(s, max(0, index - MAX_SEGMENT), index))):
+        close = s.find(f"\\end{{{m.group(1)}}}", index)
+        if close >= 0:
+            return m.start(), close + len(m.group(1)) + 6
+    return None
+
+
+def _segment_answer(content: str) -> str | None:
+    """The answer in a concluding math segment: its last part after ``\\Rightarrow``, ``\\approx``,
+    ``\\quad``, ... (outside brackets), without ``\\pmod``; None when it reads as prose."""
+    content = _MOD_RE.sub(" ", content).strip()
+    depth, cut = 0, 0
+    splits = {m.start(): m.end() for m in _SEGMENT_SPLIT_RE.finditer(content)
+              if not (m.group(0).endswith("quad") and _SEGMENT_CONNECTOR_RE.search(content))}
+    i = 0
+    while i < len(content):
+        c = content[i]
+        if i in splits and depth == 0 and not content.startswith("\\\\", i):
+            cut = splits[i]
+            i = splits[i]
+            continue
+        if content.startswith("\\begin{", i):
+            depth += 1
+        elif content.startswith("\\end{", i):
+            depth -= 1
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        i += 2 if c == "\\" and content[i + 1: i + 2] in "{}()[]\\" else 1
+    value = content[cut:].strip().rstrip(".,;:").strip()
+    if not value or not re.search(r"\d", value) or not _formula_like(value):
+        return None
+    return value
+
+
+def _concluding_value(stripped: str, last: re.Match) -> str | None:
+    """The concluding value holding the last number (module docstring, tier 5), or None."""
+    window = stripped.rfind("\n", 0, max(0, len(stripped) - 4 * MAX_SEGMENT)) + 1
+    outer = None
+    chain: list[str] = []
+    for k in range(len(spans := _math_spans(stripped, window)) - 1, -1, -1):
+        content_start, content_end, outer_start, outer_end = spans[k]
+        if content_start <= last.start() < content_end:
+            if content_end - content_start <= MAX_SEGMENT:
+                chain = [stripped[content_start:content_end]]
+                while k > 0 and len(chain) < 16:  # "$x = 3$ or $x = 4$": segments joined by connectors
+                    gap = stripped[spans[k - 1][3]: spans[k][2]]
+                    if not _CONNECTOR_RE.match(gap):
+                        break
+                    k -= 1
+                    chain[:0] = [stripped[spans[k][0]: spans[k][1]], gap.strip() or ","]
+                outer = (spans[k][2], outer_end)
+            break
+    if outer is None:
+        env = _environment_span(stripped, last.start())
+        if env is not None:
+            outer, chain = env, [stripped[env[0]: env[1]]]
+    if outer is not None:
+        outer_start, outer_end = outer
+        if not _SENTENCE_TAIL_RE.match(stripped[outer_end: outer_end + 200]) or len(stripped) - outer_end > 200:
+            return None
+        if _NEGATED_BEFORE_RE.search(stripped[max(0, outer_start - 40): outer_start + 1]) \
+                or _NEGATED_AFTER_RE.match(stripped[outer_end: outer_end + 60]):
+            return None
+        parts = [p if i % 2 else _segment_answer(p) for i, p in enumerate(chain)]
+        return None if None in parts else " ".join(parts)
+    sentence = _PLAIN_SOLUTION_RE.search(stripped[-300:])
+    if sentence:
+        value = sentence.group("value").strip()
+        value = _CONCLUDING_RE.sub("", value).strip()
+        if value and _PLAIN_VALUE_RE.match(value) and _formula_like(value) and last.group(0).strip() in value:
+            return value
+    return None
+
+
+def _fallback(region: str) -> Extraction:
+    """Tier 5: the concluding value, else the last number (module docstring)."""
     stripped = region.strip()
-    matches = list(_NUMBER_RE.finditer(stripped))
-    if not matches:
+    last = None
+    for last in _NUMBER_RE.finditer(stripped):
+        pass
+    if last is None:
         return Extraction([], None)
-    last = matches[-1]
     # A long response that stops on a digit or an operator was probably cut off mid-answer.
     if len(stripped) > 200 and _TRUNCATED_TAIL_RE.search(stripped[-64:]):
         return Extraction([], "truncated")
-    if _NEGATED_BEFORE_RE.search(stripped[max(0, last.start() - 40): last.start()]):
-        return Extraction([], "negated")  # "the answer is not 42": the last number is the one ruled out
     line_start = stripped.rfind("\n", 0, last.start()) + 1
+    concluded = _concluding_value(stripped, last)
+    if concluded is not None:
+        return Extraction([concluded], "conclusion", alternatives_after(stripped, line_start))
+    if _NEGATED_BEFORE_RE.search(stripped[max(0, last.start() - 40): last.start()]) \
+            or _NEGATED_AFTER_RE.match(stripped[last.end(): last.end() + 60]):
+        return Extraction([], "negated")  # "the answer is not 42", "42 is wrong": the number is ruled out
     # only the end of the line: the pattern backtracks, and hostile lines are long
     tail = _THOUSANDS_RE.sub("N", stripped[max(line_start, last.end() - 200): last.end() + 3]).replace("N", "0")
     if _ENUMERATION_RE.search(tail) or _OR_PAIR_RE.search(tail):

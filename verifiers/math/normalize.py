@@ -25,13 +25,14 @@ _UNICODE = {
 _UNICODE_RE = re.compile("|".join(map(re.escape, _UNICODE)))
 
 # Commands whose argument is kept and whose name is dropped (styling, not meaning).
-_UNWRAP = ("num", "text", "textbf", "textit", "textrm", "texttt", "textsf", "textup", "mathrm", "mathbf", "mathit",
-           "mathsf", "mathtt", "mbox", "hbox", "operatorname", "boldsymbol", "bm", "emph", "mathnormal",
+_UNWRAP = ("num", "text", "textnormal", "textbf", "textit", "textrm", "texttt", "textsf", "textup", "mathrm", "mathbf",
+           "mathit", "mathsf", "mathtt", "mbox", "hbox", "operatorname", "boldsymbol", "bm", "emph", "mathnormal",
            "displaystyle", "boxed", "fbox", "framebox", "underline", "overline_text")
 _UNWRAP_RE = re.compile(r"\\(" + "|".join(_UNWRAP) + r")\s*\{")
 # A unit written as text after a value: 15\mbox{ cm}^2, 1.6 \mathrm{~cm}, 5.4 \text{ cents}.
 _TEXT_UNIT_RE = re.compile(
-    r"(?<=[\d}).])(\s*)\\(?:text|mbox|mathrm|textrm|operatorname)\s*\{\s*~?\s*([A-Za-z][A-Za-z\s.~/]*)\}"
+    r"(?:(?<=[\d}).])|(?<=\\pi))(\s*)\\(?:text|textnormal|textup|textit|textsf|mbox|mathrm|mathit|mathsf|textrm|operatorname)"
+    r"\s*\{\s*~?\s*([A-Za-z][A-Za-z\s.~/]*)\}"
     r"(?:\s*\^\s*\{?\s*-?\d+\s*\}?)?")
 # 0.\overline{3} = 1/3, 0.1\overline{6} = 1/6
 _REPEATING_RE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d{1,12})\}")
@@ -73,6 +74,10 @@ _COMMA_BANG_RE = re.compile(r",\s*\\!\s*")
 # A number written in a base: 52_8, 4210_{5} (the digits are the answer; the base is the question's).
 _BASE_RE = re.compile(r"(?<![A-Za-z\\_\d])(\d+)_\{?(\d{1,2})\}?(?![\d}])")
 _TRAILING_RE = re.compile(r"[\s.,;:]+$")
+# Matrix and array dressing: a row break with extra space (\\[3pt]), rules (\hline), \begin {pmatrix}.
+_ROW_SPACE_RE = re.compile(r"\\\\\s*\[\s*-?[\d.]*\s*(?:pt|em|ex|mm|cm|in|mu|bp)\s*\]")
+_RULES_RE = re.compile(r"\\(?:hline|toprule|midrule|bottomrule|cline\s*\{[^{}]*\}|hdashline)(?![a-zA-Z])")
+_ENV_SPACE_RE = re.compile(r"\\(begin|end)\s*\{\s*([a-zA-Z]+\*?)\s*\}")
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,10 @@ def _drop_unit(m: re.Match) -> str:
 def normalize(answer: str) -> Normalized:
     """Strip the dressing of one answer string. See the module docstring for what is removed."""
     s = _CALCULATOR_RE.sub(" ", answer)
+    if "\\begin" in s or "\\\\" in s:
+        s = _ROW_SPACE_RE.sub(r"\\\\ ", s)  # before the delimiters go: "\\[" is not "\["
+        s = _RULES_RE.sub(" ", s)
+        s = _ENV_SPACE_RE.sub(r"\\\1{\2}", s)
     s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], s)
     s = strip_math_delimiters(s)
     s = _THOUSANDS_BRACE_RE.sub(r"\1,", s)

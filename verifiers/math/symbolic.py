@@ -85,8 +85,10 @@ def _parse(text: str):
     return parsed[0] if parsed else None
 
 
-def sympy_equal(gold: str, pred: str, *, rel_tol: float) -> bool | None:
-    """True/False when sympy can decide ``gold == pred``; None when it cannot parse either side."""
+def sympy_equal(gold: str, pred: str, *, rel_tol: float, abs_tol: float | None = None) -> bool | None:
+    """True/False when sympy can decide ``gold == pred``; None when it cannot parse either side.
+    ``abs_tol`` further bounds the difference of two numbers (half a unit in the last place a
+    decimal gold is written to)."""
     guard(gold)
     guard(pred)
     g = _parse(gold)
@@ -99,11 +101,11 @@ def sympy_equal(gold: str, pred: str, *, rel_tol: float) -> bool | None:
     except Exception:  # math-verify raises for some comparisons (e.g. dict ordering in solve)
         return None
     if same:
-        return _relative_check(g, p, rel_tol)
+        return _relative_check(g, p, rel_tol, abs_tol)
     return False
 
 
-def _relative_check(g, p, rel_tol: float) -> bool:
+def _relative_check(g, p, rel_tol: float, abs_tol: float | None = None) -> bool:
     """Keep math-verify's "equal" for numbers only when they also agree to a relative tolerance,
     computed in sympy's floats (unbounded exponent: e^{-1000} does not underflow to 0)."""
     try:
@@ -115,6 +117,8 @@ def _relative_check(g, p, rel_tol: float) -> bool:
         scale = sympy.Max(sympy.Abs(g), sympy.Abs(p)).evalf(30)
         if scale == 0:
             return True
+        if abs_tol is not None and diff > abs_tol * (1 + 1e-12):
+            return False
         return bool(diff <= max(rel_tol, 1e-12) * scale)
     except Exception:
         return True

@@ -11,8 +11,11 @@ Pipeline (one module per step)::
 score = 1.0 when the response commits to exactly one answer (or, for a multi-part gold, to one
 set of parts) and it equals the gold; 0.0 otherwise, including *hedging*: two different boxed
 values, "A or B", an enumeration of candidates, or a cut-off response whose last number happens
-to match. ``status="error"`` means the item could not be judged: no gold in the reference, or an
-answer too large to evaluate safely (power towers, giant factorials, deeply nested input).
+to match. After an explicit self-correction ("\\boxed{5}. Wait, that is wrong ... \\boxed{7}") only
+the answers after it count. A response cut off by the length limit (``finish_reason="length"``)
+counts only an explicit final-answer marker. ``status="error"`` means the item could not be judged:
+no gold in the reference, or an answer too large to evaluate safely (power towers, giant
+factorials, deeply nested input).
 
 math-verify's signal-based timeouts are disabled here (they break outside the main thread); the
 :class:`~verifiers.runner.VerifierRunner` enforces the deadline by killing the worker process.
@@ -26,10 +29,12 @@ from functools import lru_cache
 
 from rlvr.verifiers.base import Reward, Verifier
 from rlvr.verifiers.math import symbolic
-from rlvr.verifiers.math.answer import Answer, Choice, Scalar, Seq, Text, Union_, Unparsed, parse_answer, split_top
+from rlvr.verifiers.math.answer import (
+    Answer, Choice, Matrix, Scalar, Seq, Text, Union_, Unparsed, parse_answer, split_top,
+)
 from rlvr.verifiers.math.equivalence import Tolerance, compare
 from rlvr.verifiers.math.expr import TooLarge
-from rlvr.verifiers.math.extract import choice_letters, extract, final_region, find_boxed
+from rlvr.verifiers.math.extract import choice_letters, cut_at_special_tokens, extract, final_region, find_boxed
 from rlvr.verifiers.math.normalize import normalize
 from rlvr.verifiers.registry import register_verifier
 
@@ -92,6 +97,11 @@ class MathVerifier(Verifier):
         choices: letters accepted as multiple-choice answers (extended up to the gold letter).
         rounded_gold: a decimal gold with >= 2 significant digits accepts a more precise answer
             that rounds to it (gold ``33.3``, answer ``100/3``).
+        exact_decimals: the relative tolerance stays within the digits written: a decimal gold is
+            exact to half a unit in its last written place (``12345.67`` is not ``12345.68``, a
+            2-decimal amount is exact to the cent) and a decimal answer to an exact gold must be that
+            value rounded or cut at its own last place (``1234567.4`` is not ``1234567``); false lets
+            ``tolerance`` alone decide.
     """
 
     kind = "answer"  # rlvr verifiers audit: the built-in final-answer golden set
@@ -101,12 +111,13 @@ class MathVerifier(Verifier):
 
     def __init__(self, tolerance: float = 1e-6, fallback: str = "last_number", answer_key: str = "answer",
                  think_tag: str | None = "think", penalize_hedging: bool = True, use_sympy: bool = True,
-                 max_chars: int = 20_000, choices: str = "ABCDE", rounded_gold: bool = True):
+                 max_chars: int = 20_000, choices: str = "ABCDE", rounded_gold: bool = True,
+                 exact_decimals: bool = True):
         if not 0 <= tolerance < 1:
             raise ValueError("math: tolerance must be in [0, 1)")
         if fallback not in ("last_number", "none"):
             raise ValueError("math: fallback must be 'last_number' or 'none'")
-        self.tolerance = Tolerance(float(tolerance), bool(rounded_gold))
+        self.tolerance = Tolerance(float(tolerance), bool(rounded_gold), bool(exact_decimals))
         self.fallback = fallback
         self.answer_key = answer_key
         self.think_tag = think_tag
@@ -116,20 +127,26 @@ class MathVerifier(Verifier):
         self.choices = choices.upper()
 
     # ------------------------------------------------------------------ public
-    def score(self, completion: str, reference: dict) -> Reward:
+    def score(self, completion: str, reference: dict, *, prompt=None, finish_reason: str | None = None) -> Reward:
+        """Score one completion. ``finish_reason`` is how generation ended (``"stop"``, ``"length"``, or
+        None when unknown): a completion cut off by the length limit has an answer only through an
+        explicit final-answer marker. ``prompt`` is accepted and unused."""
         start = time.perf_counter()
         info: dict = {"extracted": None}
         golds = self._gold_texts(reference)
         if not golds:
             info["error"] = f"reference has no {self.answer_key!r} field"
             return Reward(0.0, status="error", latency_s=time.perf_counter() - start, info=info)
-        completion = completion or ""
-        found = extract(completion, think_tag=self.think_tag, fallback=self.fallback, max_chars=self.max_chars)
+        completion = cut_at_special_tokens(completion or "")
+        truncated = finish_reason == "length"
+        found = extract(completion, think_tag=self.think_tag, fallback=self.fallback, max_chars=self.max_chars,
+                        finish_reason=finish_reason)
         info["source"] = found.source
         candidates: list[str] = []
         for a in found.answers:
             candidates.extend(c for c in split_alternatives(a) if c not in candidates)
         alternatives = [c for a in found.alternatives for c in split_alternatives(a) if c not in candidates]
+        revised = [c for a in found.revised for c in split_alternatives(a) if c not in candidates][:MAX_CANDIDATES]
         if any(len(c) > MAX_ANSWER_CHARS for c in candidates + alternatives):
             info["extracted"] = candidates[-1][:200] if candidates else None
             info["error"] = f"answer too large to judge safely: longer than {MAX_ANSWER_CHARS} characters"
@@ -137,13 +154,18 @@ class MathVerifier(Verifier):
         candidates = [c for c in candidates if normalize(c).text]
         if alternatives:
             info["alternatives"] = alternatives[:8]
-        if not candidates and not any(isinstance(parse_gold(g)[1], Choice) for g in golds):
+        if not candidates and (truncated or not any(isinstance(parse_gold(g)[1], Choice) for g in golds)):
             return Reward(0.0, latency_s=time.perf_counter() - start, info=info)
         info["extracted"] = candidates[0] if len(candidates) == 1 else " | ".join(candidates)[:500]
         status, correct = "ok", False
         try:
             for gold in golds:
-                correct = self._judge(gold, candidates, alternatives, info, completion)
+                # a cut-off response has no last line to read a letter from: only its markers count
+                correct = self._judge(gold, candidates, alternatives, info, "" if truncated else completion)
+                if not correct and revised and _multi_part(parse_gold(gold)[1]):
+                    # "The roots are \boxed{2}. Actually, there is another: \boxed{5}": a revision that
+                    # adds a part, not one that replaces the answer, for a multi-part gold
+                    correct = self._judge(gold, revised + candidates, alternatives, info, completion)
                 if correct:
                     break
         except (TooLarge, symbolic.TooComplex, RecursionError, MemoryError) as exc:
@@ -191,8 +213,10 @@ class MathVerifier(Verifier):
         pred_text, pred = distinct[0]
         verdict = compare(gold, pred, self.tolerance)
         info["method"] = "fast"
+        if verdict is None and _shape_mismatch(gold, gold_text, pred, pred_text):
+            verdict, info["method"] = False, "shape"
         if verdict is None:
-            verdict, info["method"] = self._slow(gold_text, normalize(pred_text).text)
+            verdict, info["method"] = self._slow(gold_text, normalize(pred_text).text, gold)
         return verdict
 
     def _judge_choice(self, gold: Choice, candidates: list[str], info: dict, completion: str) -> bool:
@@ -227,14 +251,33 @@ class MathVerifier(Verifier):
                 kept.append((text, answer))
         return kept
 
-    def _slow(self, gold_text: str, pred_text: str) -> tuple[bool, str]:
+    def _slow(self, gold_text: str, pred_text: str, gold: Answer | None = None) -> tuple[bool, str]:
         if _text_key(gold_text) == _text_key(pred_text) and _text_key(gold_text):
             return True, "string"  # the same text needs no sympy (and no guard)
         if self.use_sympy:
-            verdict = symbolic.sympy_equal(gold_text, pred_text, rel_tol=self.tolerance.relative)
+            # a decimal gold is exact to half a unit in its last written place, in sympy too
+            abs_tol = float(gold.ulp) / 2 if isinstance(gold, Scalar) and gold.ulp is not None \
+                and self.tolerance.exact_decimals else None
+            verdict = symbolic.sympy_equal(gold_text, pred_text, rel_tol=self.tolerance.relative, abs_tol=abs_tol)
             if verdict is not None:
                 return verdict, "sympy"
         return _text_key(gold_text) == _text_key(pred_text) and bool(_text_key(gold_text)), "string"
+
+
+_SEVERAL_ENTRIES_RE = re.compile(r"\\begin\{|&|,|;|\\\\")
+_TABLE_RE = re.compile(r"\\begin\{|&|\\\\")  # an unreadable matrix or array
+
+
+def _shape_mismatch(gold: Answer, gold_text: str, pred: Answer, pred_text: str) -> bool:
+    """A single value against several entries (a matrix, a tuple, a list): different shapes, whatever
+    sympy would make of them. Checked before sympy, which reads ``(4, 4)`` or a matrix loosely."""
+    if isinstance(gold, (Seq, Matrix)) or _SEVERAL_ENTRIES_RE.search(gold_text):
+        return False
+    if isinstance(pred, Matrix):
+        return len(pred.rows) * len(pred.rows[0]) > 1
+    if isinstance(pred, Seq):
+        return len(pred.items) > 1
+    return isinstance(pred, Unparsed) and bool(_TABLE_RE.search(normalize(pred_text).text))
 
 
 def _multi_part(gold: Answer) -> bool:
