@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from rlvr.run_folder import RunFolderError
 from rlvr.runtime import rng_state
 from rlvr.verifiers.files import DiskFullError, is_disk_full
 
@@ -81,6 +82,15 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     found = list_checkpoints(run_dir)
     return found[-1] if found else None
+
+
+def resume_checkpoint(run_dir: str | Path) -> Path:
+    """The checkpoint ``--resume`` continues from: the latest complete one, or a user error."""
+    found = latest_checkpoint(run_dir)
+    if found is None:
+        raise RunFolderError(f"--resume {run_dir}: no complete checkpoint under {checkpoint_root(run_dir)} (a run "
+                             "saves one every checkpoint.every steps); start it again with --overwrite")
+    return found
 
 
 def load_trainer_state(checkpoint: str | Path) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import torch
 
 from rlvr.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss
-from rlvr.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+from rlvr.checkpoint import load_trainer_state, resume_checkpoint, save_checkpoint
 from rlvr.config import RunConfig, save_config
 from rlvr.engines import SamplingParams, build_engine
 from rlvr.evaluate import evaluate
@@ -30,7 +30,7 @@ from rlvr.logprobs import completion_logprobs
 from rlvr.models import Reference, context_length, load_policy, load_tokenizer, save_final_model
 from rlvr.rollout import Batch, ProblemSampler, collate, collect_groups, sample_tensors
 from rlvr.progress import make_progress
-from rlvr.run_folder import RunFolderError, prepare_run_folder
+from rlvr.run_folder import prepare_run_folder
 from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads, set_rng_state
 from rlvr.suites import PromptEncoder, drop_overlong_prompts, load_eval_suites, load_training_suites
 from rlvr.tracking import Alarms, Tracker, VerifierErrors, plot_metrics
@@ -52,10 +52,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     seed_everything(config.train.seed)
     set_threads(config.train.threads)
     algo, gen, t = config.algorithm, config.generation, config.train
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if resume and checkpoint is None:
-        raise RunFolderError(f"--resume {run_dir}: no complete checkpoint under {run_dir / 'checkpoints'} "
-                             "(a run saves one every checkpoint.every steps); start it again with --overwrite")
+    checkpoint = resume_checkpoint(run_dir) if resume else None
 
     # ---- data and verifiers first: a wrong name or option fails before any model is loaded -----
     suites, weights = load_training_suites(config.data)
@@ -84,26 +81,15 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     alarms = Alarms(config.log.alarm_patience)
     start_step, wall_before, evaluations = 0, 0.0, {}
     if checkpoint is not None:
-        state = load_trainer_state(checkpoint)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        sampler.load_state_dict(state["sampler"])
-        alarms.load_state_dict(state["alarms"])
-        set_rng_state(state["rng"])
-        start_step, wall_before, evaluations = state["step"], state["wall_s"], dict(state["evaluations"])
+        start_step, wall_before, evaluations = _restore(checkpoint, optimizer, scheduler, sampler, alarms)
         tracker.truncate(start_step)
         print(f"resuming from step {start_step} of {t.steps}")
     else:
         save_config(config, run_dir / "config.yaml")
     started = time.perf_counter()
-
-    def run_evaluation(step: int) -> None:
-        metrics = _evaluate_suites(engine, encode, eval_suites, runner, config)
-        evaluations[step] = metrics
-        tracker.log(step, metrics)
-
     if start_step == 0 and config.eval.at_start and eval_suites:
-        run_evaluation(0)
+        evaluations[0] = _evaluate_suites(engine, encode, eval_suites, runner, config)
+        tracker.log(0, evaluations[0])
 
     progress = _progress_bar(config, start_step)
     verifier_errors = VerifierErrors(config.verifier.max_error_frac, printer=progress.write if progress else print)
@@ -405,6 +391,17 @@ def _evaluate_suites(engine, encode, eval_suites, runner, config: RunConfig) -> 
 
 def _progress_bar(config: RunConfig, start_step: int):
     return make_progress(config.train.steps, config.algorithm.preset, initial=start_step, enabled=config.log.progress)
+
+
+def _restore(checkpoint: Path, optimizer, scheduler, sampler: ProblemSampler, alarms: Alarms) -> tuple[int, float, dict]:
+    """Load a checkpoint's trainer state into the run's objects; ``(step, wall_s, evaluations)``."""
+    state = load_trainer_state(checkpoint)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    sampler.load_state_dict(state["sampler"])
+    alarms.load_state_dict(state["alarms"])
+    set_rng_state(state["rng"])
+    return state["step"], state["wall_s"], dict(state["evaluations"])
 
 
 def _load_policy(config: RunConfig, device: torch.device, checkpoint: Path | None):

@@ -29,6 +29,7 @@ from rlvr.suites import PromptEncoder, load_suite
 from rlvr.tracking import Tracker, plot_metrics
 from rlvr.tasks.base import Problem
 from rlvr.tasks.loading import check_text
+from rlvr.verifiers.files import jsonl_lines
 from rlvr.verifiers.errors import InvalidValueError, MissingFileError
 from rlvr.verifiers.runner import VerifierRunner
 
@@ -57,36 +58,28 @@ def _read_jsonl_examples(path: Path, limit: int | None) -> list[tuple[Messages, 
     if not path.is_file():
         raise MissingFileError(f"data.path: SFT data file {path} does not exist")
     examples = []
-    with path.open(encoding="utf-8", errors="surrogateescape") as lines:
-        for line_no, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_no}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidValueError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(row, dict):
-                raise InvalidValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            if "messages" in row:
-                messages = row["messages"]
-                if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict) \
-                        or messages[-1].get("role") != "assistant":
-                    raise InvalidValueError(f"{where}: field 'messages' must be a list ending with an assistant message")
-                prompt, completion = messages[:-1], messages[-1].get("content")
-            elif "prompt" in row and "completion" in row:
-                prompt, completion = row["prompt"], row["completion"]
-                prompt = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-            else:
-                raise InvalidValueError(f"{where}: needs fields 'prompt' and 'completion', or 'messages'")
-            check_text(where, completion, "completion")
-            for message in prompt if isinstance(prompt, list) else [None]:
-                if not isinstance(message, dict):
-                    raise InvalidValueError(f"{where}: the prompt must be a string or a list of {{role, content}} messages")
-                check_text(where, message.get("content"), "prompt")
-            examples.append((prompt, completion))
-            if limit is not None and len(examples) >= limit:
-                break
+    for where, row, problem in jsonl_lines(path):
+        if problem:
+            raise InvalidValueError(f"{where}: {problem}")
+        if "messages" in row:
+            messages = row["messages"]
+            if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict) \
+                    or messages[-1].get("role") != "assistant":
+                raise InvalidValueError(f"{where}: field 'messages' must be a list ending with an assistant message")
+            prompt, completion = messages[:-1], messages[-1].get("content")
+        elif "prompt" in row and "completion" in row:
+            prompt, completion = row["prompt"], row["completion"]
+            prompt = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        else:
+            raise InvalidValueError(f"{where}: needs fields 'prompt' and 'completion', or 'messages'")
+        check_text(where, completion, "completion")
+        for message in prompt if isinstance(prompt, list) else [None]:
+            if not isinstance(message, dict):
+                raise InvalidValueError(f"{where}: the prompt must be a string or a list of {{role, content}} messages")
+            check_text(where, message.get("content"), "prompt")
+        examples.append((prompt, completion))
+        if limit is not None and len(examples) >= limit:
+            break
     if not examples:
         raise InvalidValueError(f"{path}: no examples (the file is empty)")
     return examples

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from rlvr.tasks.base import Problem, ProblemList
 from rlvr.verifiers.errors import InvalidValueError, MissingFileError, UserError, invalid_text
+from rlvr.verifiers.files import jsonl_lines, open_text
 
 DATA_DIR_ENV = "RLVR_DATA_DIR"
 ON_ERROR = ("raise", "skip")
@@ -213,32 +214,13 @@ def read_records(source: str, *, hub_split: str = "train", hub_config: str | Non
     yield from _read_rows(f"{source}[{hub_split}]", _hub_rows(source, hub_split, hub_config), "row")
 
 
-def _open_text(path: str):
-    # Undecodable bytes become lone surrogates, reported with their line by check_text, instead of
-    # a UnicodeDecodeError that names neither the file nor the line.
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", errors="surrogateescape")
-    return open(path, encoding="utf-8", errors="surrogateescape")
-
-
 def _read_jsonl(path: str) -> Iterator[Record]:
-    with _open_text(path) as f:
-        index = 0
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield Record(path, index, where, None, f"invalid JSON ({exc.msg} at column {exc.colno})")
-            else:
-                yield _checked(path, index, where, data)
-            index += 1
+    for index, (where, data, problem) in enumerate(jsonl_lines(path)):
+        yield Record(path, index, where, data, problem)
 
 
 def _read_json(path: str) -> Iterator[Record]:
-    with _open_text(path) as f:
+    with open_text(path) as f:
         try:
             data = json.load(f)
         except json.JSONDecodeError as exc:

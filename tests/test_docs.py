@@ -245,7 +245,7 @@ def test_python_blocks_of_the_docs_run(where, source, user_folder, monkeypatch, 
     if "rlvr.sandbox" in source:
         _skip_without_strong_sandbox()
     try:
-        exec(compile(source, where, "exec"), {"__name__": f"docs_example_{abs(hash(where))}"})
+        assert_runs(source, where, {"__name__": f"docs_example_{abs(hash(where))}"})
     except FileNotFoundError as exc:
         if "no local data" not in str(exc):
             raise
@@ -261,7 +261,13 @@ def test_docstring_examples_run(where, module, source, user_folder, monkeypatch,
         _skip_without_strong_sandbox()
     namespace = dict(vars(importlib.import_module(module)))
     namespace["__name__"] = f"docstring_example_{abs(hash(where))}"
-    exec(compile(source, where, "exec"), namespace)
+    assert_runs(source, where, namespace)
+
+
+def assert_runs(source: str, where: str, namespace: dict) -> None:
+    """Run an example; its own ``assert`` lines check what its comments claim."""
+    code = compile(source, where, "exec")
+    exec(code, namespace)  # an exception fails the test with the example's file and line
 
 
 @pytest.fixture

@@ -50,7 +50,7 @@ def test_bad_jsonl_names_file_line_and_field(tmp_path):
     with pytest.raises(ValueError, match=r"bad\.jsonl:2: needs fields 'prompt' and 'completion'"):
         sft._read_jsonl_examples(data, None)
     data.write_text("{not json\n")
-    with pytest.raises(ValueError, match=r"bad\.jsonl:1: not valid JSON"):
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1: invalid JSON"):
         sft._read_jsonl_examples(data, None)
 
 
@@ -81,5 +81,5 @@ def test_text_that_is_not_unicode_names_file_and_line(tmp_path):
     with pytest.raises(ValueError, match=r"bad\.jsonl:2: field 'completion': is not valid Unicode"):
         sft._read_jsonl_examples(data, None)
     data.write_bytes(b'{"prompt": "a", "completion": "\xff\xfe"}\n')  # bytes that are not UTF-8
-    with pytest.raises(ValueError, match=r"bad\.jsonl:1: field 'completion': is not valid Unicode"):
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1: the line is not valid Unicode"):
         sft._read_jsonl_examples(data, None)

@@ -255,7 +255,7 @@ def test_verify_input_missing_or_broken(capsys, tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps({"completion": "\\boxed{1}", "answer": "1"}) + "\n" + "{broken\n")
     code, _, err = run_cli(capsys, "verify", "--verifier", "math", "--input", str(src))
-    assert_one_line(err, f"{src}:2: not valid JSON")
+    assert_one_line(err, f"{src}:2: invalid JSON")
     assert code == 2
 
 

@@ -207,3 +207,16 @@ def test_an_implausible_reward_is_warned_about_once(caplog):
         runner.score_batch("test_huge_reward", ["c"], [{}])
     warnings = [r for r in caplog.records if "1e+09" in r.getMessage()]
     assert len(warnings) == 1 and "test_huge_reward" in warnings[0].getMessage()
+
+
+def test_numeric_gives_no_answer_for_a_cut_off_completion():
+    """Its last number is wherever the budget ran out: '35' of '352...', or a number mid-reasoning."""
+    from rlvr.verifiers import get_verifier
+
+    numeric = get_verifier("numeric")
+    assert numeric.score("352", {"answer": "352"}, finish_reason="stop").score == 1.0
+    assert numeric.score("352", {"answer": "352"}).score == 1.0  # unknown finish reason: as before
+    cut = numeric.score("so far 352, then", {"answer": "352"}, finish_reason="length")
+    assert cut.score == 0.0 and cut.info["extracted"] is None
+    lenient = get_verifier("numeric", allow_truncated=True)
+    assert lenient.score("352", {"answer": "352"}, finish_reason="length").score == 1.0

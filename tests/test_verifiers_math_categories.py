@@ -19,7 +19,7 @@ def math():
     return get_verifier("math")
 
 
-def check(verifier, completion, gold, expected, **kwargs):
+def assert_score(verifier, completion, gold, expected, **kwargs):
     reward = verifier.score(completion, {"answer": gold}, **kwargs)
     assert reward.status == "ok", reward.info
     assert reward.score == expected, reward.info
@@ -49,7 +49,7 @@ class TestShapeMustMatch:
         (r"\boxed{(1, 2, 3, 4)}", MATRIX),
     ])
     def test_many_entries_against_one_value_score_zero(self, math, completion, gold):
-        check(math, completion, gold, 0.0)
+        assert_score(math, completion, gold, 0.0)
 
     @pytest.mark.parametrize("completion, gold", [
         (f"The matrix is ${MATRIX}$.", MATRIX),
@@ -58,7 +58,7 @@ class TestShapeMustMatch:
         (r"\boxed{\begin{pmatrix} 3 \\ 5 \\ 9 \end{pmatrix}}", "(3, 5, 9)"),
     ])
     def test_same_shape_still_scores_one(self, math, completion, gold):
-        check(math, completion, gold, 1.0)
+        assert_score(math, completion, gold, 1.0)
 
 
 class TestDecimalPrecision:
@@ -79,7 +79,7 @@ class TestDecimalPrecision:
         (r"\boxed{45.7}", "45.6"),
     ])
     def test_a_different_last_digit_scores_zero(self, math, completion, gold):
-        check(math, completion, gold, 0.0)
+        assert_score(math, completion, gold, 0.0)
 
     @pytest.mark.parametrize("completion, gold", [
         (r"\boxed{18.9}", "18.90"),
@@ -97,7 +97,7 @@ class TestDecimalPrecision:
         (r"\boxed{0.125}", r"12.5\%"),
     ])
     def test_the_same_value_scores_one(self, math, completion, gold):
-        check(math, completion, gold, 1.0)
+        assert_score(math, completion, gold, 1.0)
 
 
 class TestTruncatedCompletions:
@@ -116,7 +116,7 @@ class TestTruncatedCompletions:
         ("Step 3 gives the total.\n#### 12", "12"),
     ])
     def test_no_marker_means_no_answer(self, math, completion, gold):
-        reward = check(math, completion, gold, 0.0, finish_reason="length")
+        reward = assert_score(math, completion, gold, 0.0, finish_reason="length")
         assert reward.info["extracted"] is None
 
     @pytest.mark.parametrize("completion, gold", [
@@ -128,16 +128,16 @@ class TestTruncatedCompletions:
         ("<think>8 * 9 = 72</think>\nThe answer is $\\boxed{72}$. As a check", "72"),
     ])
     def test_an_explicit_marker_still_counts(self, math, completion, gold):
-        check(math, completion, gold, 1.0, finish_reason="length")
+        assert_score(math, completion, gold, 1.0, finish_reason="length")
 
     @pytest.mark.parametrize("finish_reason", [None, "stop"])
     def test_unknown_or_stopped_behaves_as_before(self, math, finish_reason):
         text = "Natalia sold 48 clips in April and half as many in May, 24, so 72 in total."
-        check(math, text, "72", 1.0, finish_reason=finish_reason)
-        check(math, text, "72", 1.0)
+        assert_score(math, text, "72", 1.0, finish_reason=finish_reason)
+        assert_score(math, text, "72", 1.0)
 
     def test_prompt_keyword_is_accepted(self, math):
-        check(math, r"\boxed{7}", "7", 1.0, prompt=[{"role": "user", "content": "3+4?"}], finish_reason="stop")
+        assert_score(math, r"\boxed{7}", "7", 1.0, prompt=[{"role": "user", "content": "3+4?"}], finish_reason="stop")
 
 
 # ----------------------------------------------------------------------------- false negatives
@@ -158,7 +158,7 @@ class TestMatrixEnvironments:
         (r"\boxed{\begin{array}{c} 1 \\ 2 \end{array}}", r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}"),
     ])
     def test_equal_matrices_in_any_environment(self, math, completion, gold):
-        check(math, completion, gold, 1.0)
+        assert_score(math, completion, gold, 1.0)
 
     @pytest.mark.parametrize("completion, gold", [
         (r"\boxed{\begin{array}{c|c} 1 & 2 \\ \hline 3 & 5 \end{array}}", MATRIX),
@@ -167,7 +167,7 @@ class TestMatrixEnvironments:
         ("The answer is\n$$\\begin{bmatrix} 1 & 2 \\\\\n 4 & 3 \\end{bmatrix}$$", MATRIX),
     ])
     def test_different_matrices_score_zero(self, math, completion, gold):
-        check(math, completion, gold, 0.0)
+        assert_score(math, completion, gold, 0.0)
 
 
 class TestConcludingSentences:
@@ -186,7 +186,7 @@ class TestConcludingSentences:
         ("Combining both cases, $-2 < x < 3$ is the solution set.", r"(-2, 3)"),
     ])
     def test_the_concluded_value_counts(self, math, completion, gold):
-        check(math, completion, gold, 1.0)
+        assert_score(math, completion, gold, 1.0)
 
     @pytest.mark.parametrize("completion, gold", [
         ("Therefore x >= 5 is the solution.", r"x \le 5"),
@@ -198,7 +198,7 @@ class TestConcludingSentences:
         ("Thus $x = 3$ or $x = 4$ is the solution.", "4"),
     ])
     def test_controls_score_zero(self, math, completion, gold):
-        check(math, completion, gold, 0.0)
+        assert_score(math, completion, gold, 0.0)
 
 
 class TestLabelledAnswers:
@@ -217,7 +217,7 @@ class TestLabelledAnswers:
         ("Final Answer: $\\overline{AB} = 2\\sqrt{3}$", r"2\sqrt3"),
     ])
     def test_label_is_ignored(self, math, completion, gold):
-        check(math, completion, gold, 1.0)
+        assert_score(math, completion, gold, 1.0)
 
     @pytest.mark.parametrize("completion, gold", [
         ("Therefore, $(p, q) = (3, 2)$.", "(2,3)"),
@@ -227,7 +227,7 @@ class TestLabelledAnswers:
         (r"\boxed{|AB| = 1}", "2"),
     ])
     def test_wrong_values_score_zero(self, math, completion, gold):
-        check(math, completion, gold, 0.0)
+        assert_score(math, completion, gold, 0.0)
 
 
 class TestInequalitySign:
@@ -246,7 +246,7 @@ class TestInequalitySign:
         (r"\boxed{x < 1}", "-x > -1"),
     ])
     def test_equivalent_inequalities(self, math, completion, gold):
-        check(math, completion, gold, 1.0)
+        assert_score(math, completion, gold, 1.0)
 
     @pytest.mark.parametrize("completion, gold", [
         (r"\boxed{-x < -1}", "x < 1"),
@@ -257,7 +257,7 @@ class TestInequalitySign:
         (r"\boxed{-x > 1}", "x < 1"),
     ])
     def test_different_inequalities_score_zero(self, math, completion, gold):
-        check(math, completion, gold, 0.0)
+        assert_score(math, completion, gold, 0.0)
 
 
 class TestTextUnits:
@@ -274,7 +274,7 @@ class TestTextUnits:
         (r"\boxed{5 \text { cm }}", "5"),
     ])
     def test_units_are_dropped(self, math, completion, gold):
-        check(math, completion, gold, 1.0)
+        assert_score(math, completion, gold, 1.0)
 
     @pytest.mark.parametrize("completion, gold", [
         (r"\boxed{5\textnormal{ miles}}", "6"),
@@ -282,7 +282,7 @@ class TestTextUnits:
         (r"\boxed{\pi \text{ cm}^2}", r"2\pi"),
     ])
     def test_controls_score_zero(self, math, completion, gold):
-        check(math, completion, gold, 0.0)
+        assert_score(math, completion, gold, 0.0)
 
 
 class TestChatTemplateTokens:
@@ -300,7 +300,7 @@ class TestChatTemplateTokens:
         ("\\boxed{42}<|im_end|>", "42"),
     ])
     def test_cut_at_the_first_special_token(self, math, completion, gold):
-        check(math, completion, gold, 1.0)
+        assert_score(math, completion, gold, 1.0)
 
     @pytest.mark.parametrize("completion, gold", [
         ("The answer is 41.<|im_end|>\n<|im_start|>user\nNo. The answer is 42.", "42"),
@@ -308,10 +308,10 @@ class TestChatTemplateTokens:
         ("<|im_start|>assistant\n\\boxed{3} or \\boxed{4}<|im_end|>", "4"),
     ])
     def test_text_after_the_token_is_not_credited(self, math, completion, gold):
-        check(math, completion, gold, 0.0)
+        assert_score(math, completion, gold, 0.0)
 
     def test_cut_under_truncation_finds_no_answer_after_the_token(self, math):
-        reward = check(math, "We have 12 apples<|im_end|><|im_start|>user\nThe answer is 12", "12", 0.0,
+        reward = assert_score(math, "We have 12 apples<|im_end|><|im_start|>user\nThe answer is 12", "12", 0.0,
                        finish_reason="length")
         assert reward.info["extracted"] is None
 
@@ -332,7 +332,7 @@ class TestSelfCorrection:
         (r"\boxed{5}. Wait, let me double-check: 2 + 3 = 5. Yes, \boxed{5}.", "5"),
     ])
     def test_the_corrected_answer_counts(self, math, completion, gold):
-        check(math, completion, gold, 1.0)
+        assert_score(math, completion, gold, 1.0)
 
     @pytest.mark.parametrize("completion, gold", [
         (r"So \boxed{5}. Wait, that is wrong: I forgot the carry. Redoing it gives \boxed{7}.", "5"),
@@ -349,7 +349,7 @@ class TestSelfCorrection:
         (r"The roots are \boxed{2}. Actually, there is another root, \boxed{5}.", "5"),  # an addition, not a fix
     ])
     def test_hedges_and_retracted_answers_score_zero(self, math, completion, gold):
-        check(math, completion, gold, 0.0)
+        assert_score(math, completion, gold, 0.0)
 
     @pytest.mark.parametrize("completion, gold", [
         (r"The roots are \boxed{2}. Actually, there is another root, \boxed{5}.", "2, 5"),
@@ -357,7 +357,7 @@ class TestSelfCorrection:
         (r"The roots are \boxed{2} and \boxed{5}.", r"\{2, 5\}"),
     ])
     def test_multi_part_answers_survive_a_revision_word(self, math, completion, gold):
-        check(math, completion, gold, 1.0)
+        assert_score(math, completion, gold, 1.0)
 
 
 # ----------------------------------------------------------------------------- the new paths stay fast

@@ -84,7 +84,7 @@ def main() -> None:
                      daemon=True).start()
     _limit_memory()
 
-    from rlvr import verifiers  # noqa: F401  (registers the built-ins)
+    import rlvr.verifiers  # noqa: F401  (registers the built-ins)
     from rlvr.verifiers.base import error_reward, score_sample
     from rlvr.verifiers.math import symbolic
 

@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from rlvr.verifiers.errors import InvalidValueError, MissingFileError, invalid_text
+from rlvr.verifiers.files import jsonl_lines
 
 
 def add_parser(subparsers) -> None:
@@ -104,27 +105,19 @@ def read_lines(path: Path, completion_key: str) -> list[dict]:
     if not path.is_file():
         raise MissingFileError(f"--input {path}: no such file")
     rows = []
-    with path.open(encoding="utf-8", errors="surrogateescape") as f:
-        for n, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                line = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise InvalidValueError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(line, dict):
-                raise InvalidValueError(f"{where}: expected a JSON object, got {type(line).__name__}")
-            if completion_key not in line:
-                raise InvalidValueError(f"{where}: no {completion_key!r} field (set --completion-key to the field "
-                                        "that holds the completion)")
-            if not isinstance(line[completion_key], str):
-                raise InvalidValueError(f"{where}: field {completion_key!r} must be text, got "
-                                        f"{type(line[completion_key]).__name__}")
-            problem = invalid_text(raw) or invalid_text(line[completion_key]) or invalid_text(json.dumps(line, ensure_ascii=False))
-            if problem:
-                raise InvalidValueError(f"{where}: the line {problem}; fix or drop it")
-            rows.append(line)
+    for where, line, problem in jsonl_lines(path):
+        if problem:
+            raise InvalidValueError(f"{where}: {problem}; fix or drop it")
+        if completion_key not in line:
+            raise InvalidValueError(f"{where}: no {completion_key!r} field (set --completion-key to the field "
+                                    "that holds the completion)")
+        if not isinstance(line[completion_key], str):
+            raise InvalidValueError(f"{where}: field {completion_key!r} must be text, got "
+                                    f"{type(line[completion_key]).__name__}")
+        problem = invalid_text(json.dumps(line, ensure_ascii=False))  # a "\ud800" escape in any field
+        if problem:
+            raise InvalidValueError(f"{where}: the line {problem}; fix or drop it")
+        rows.append(line)
     return rows
 
 

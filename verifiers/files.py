@@ -1,20 +1,57 @@
-"""Writing result files so that a crash or a full disk never leaves half of one behind.
+"""Reading and writing the JSONL files of the command line, with every problem named by file and line.
 
-A file is written under a temporary name in its own folder and renamed into place when complete
-(atomic on one file system): readers see the old file or the new one, never a torn one. A full
-disk is reported as such, naming the file.
+Reading: :func:`jsonl_lines` yields each non-blank line's location (``FILE:LINE``) and object, or
+the reason it is not one (invalid JSON, not an object, text that is not UTF-8), for the caller to
+raise or skip. Writing: a file is written under a temporary name in its own folder and renamed into
+place when complete (atomic on one file system), so readers see the old file or the new one, never
+a torn one; a full disk is reported as such, naming the file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import gzip
+import json
 import os
 import shutil
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
-from rlvr.verifiers.errors import UserError
+from rlvr.verifiers.errors import UserError, invalid_text
+
+
+def open_text(path: str | Path) -> IO[str]:
+    """A UTF-8 text file (``.gz`` decompressed) whose undecodable bytes become lone surrogates, which
+    :func:`~rlvr.verifiers.errors.invalid_text` then reports with their line, instead of a
+    ``UnicodeDecodeError`` that names neither the file nor the line."""
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", errors="surrogateescape")
+    return open(path, encoding="utf-8", errors="surrogateescape")
+
+
+def jsonl_lines(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
+    """``(where, object, problem)`` for every non-blank line of a JSONL file: ``where`` is
+    ``FILE:LINE``; ``problem`` is None for a usable JSON object, else why the line is not one
+    (``object`` is then None)."""
+    with open_text(path) as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            text_problem = invalid_text(line)
+            if text_problem:
+                yield where, None, f"the line {text_problem}"
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield where, None, f"invalid JSON ({exc.msg} at column {exc.colno})"
+                continue
+            if not isinstance(value, dict):
+                yield where, None, f"expected an object, got {type(value).__name__}"
+                continue
+            yield where, value, None
 
 
 class DiskFullError(UserError, OSError):

@@ -6,6 +6,10 @@ number written in the completion (``-12``, ``3.5``, ``1,234``, ``+7``) and compa
 tiny but different values do not.
 
 score = 1.0 if |x - gold| <= rel_tol * max(|x|, |gold|) + abs_tol else 0.0
+
+A completion cut off at the token budget (``finish_reason="length"``) has no final number: its
+last number is wherever the budget ran out (mid-reasoning, or the first digits of a longer number),
+so it scores 0 with no answer extracted, unless ``allow_truncated=True``.
 """
 
 from __future__ import annotations
@@ -47,11 +51,12 @@ class NumericVerifier(Verifier):
     name = "numeric"
     description = "final number in the completion equals the gold number (relative tolerance)"
 
-    def __init__(self, rel_tol: float = 1e-6, abs_tol: float = 0.0):
+    def __init__(self, rel_tol: float = 1e-6, abs_tol: float = 0.0, allow_truncated: bool = False):
         if rel_tol < 0 or abs_tol < 0:
             raise ValueError("numeric: rel_tol and abs_tol must be >= 0")
         self.rel_tol = rel_tol
         self.abs_tol = abs_tol
+        self.allow_truncated = allow_truncated
 
     def audit_cases(self) -> list[dict]:
         """Plain-number golden cases for ``rlvr verifiers audit`` (this verifier reads no LaTeX)."""
@@ -59,13 +64,15 @@ class NumericVerifier(Verifier):
 
         return answer_probes(NUMERIC_CASES)
 
-    def score(self, completion: str, reference: dict) -> Reward:
+    def score(self, completion: str, reference: dict, *, finish_reason: str | None = None) -> Reward:
         start = time.perf_counter()
         if "answer" not in reference:
             return Reward(0.0, status="error", info={"error": "reference has no 'answer' field"})
         gold = parse_number(str(reference["answer"]))
         if gold is None:
             return Reward(0.0, status="error", info={"error": f"gold answer {reference['answer']!r} is not a number"})
+        if finish_reason == "length" and not self.allow_truncated:
+            return Reward(0.0, latency_s=time.perf_counter() - start, info={"extracted": None, "truncated": True})
         written = last_number(completion)
         value = parse_number(written) if written is not None else None
         correct = value is not None and math.isclose(value, gold, rel_tol=self.rel_tol, abs_tol=self.abs_tol)
