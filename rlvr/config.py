@@ -45,10 +45,10 @@ def registered(registry: str, name: str, field: str | None = None) -> str:
     ValueError listing the valid names, which pydantic reports under the field's key. Plugins'
     names (entry points) count like built-in ones. The registry's module is imported here, not
     when this module is, so reading a config stays cheap until it is validated."""
-    from rlvr.verifiers.plugins import _import_target
+    from rlvr.verifiers.plugins import import_target
 
     try:
-        return _import_target(registry).check(name)
+        return import_target(registry).check(name)
     except UserError as exc:
         raise (FieldError(field, str(exc)) if field else ValueError(str(exc))) from None
 
@@ -57,10 +57,10 @@ def plugin_options(check: str, name: str, options: dict, name_field: str) -> Non
     """Run ``check(name, options)`` (``"module:function"``) and report a user error as a ValueError,
     so that a bad verifier or task option fails when the config is loaded, not mid-run."""
     from rlvr.verifiers.errors import PluginLoadError
-    from rlvr.verifiers.plugins import _import_target
+    from rlvr.verifiers.plugins import import_target
 
     try:
-        _import_target(check)(name, options)
+        import_target(check)(name, options)
     except UserError as exc:
         raise FieldError(name_field if isinstance(exc, PluginLoadError) else "options", str(exc)) from None
 

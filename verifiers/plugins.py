@@ -172,7 +172,7 @@ class Registry(Generic[T]):
         if entry is None:
             raise self.unknown(name)
         try:
-            obj = _import_target(entry.target)
+            obj = import_target(entry.target)
         except Exception as exc:
             error = self._load_error(name, entry, exc)
             with self._lock:
@@ -220,7 +220,7 @@ def _plural(noun: str) -> str:
     return noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
 
 
-def _import_target(target: str) -> Any:
+def import_target(target: str) -> Any:
     module_name, _, attr = target.partition(":")
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):

@@ -32,12 +32,12 @@ of them when it takes ``**kwargs``).
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import time
 from typing import Any, Callable
 
 from rlvr.verifiers.base import Reward, Verifier, coerce_reward
+from rlvr.verifiers.plugins import import_target
 from rlvr.verifiers.registry import register_verifier
 
 
@@ -50,9 +50,7 @@ def resolve_function(target: str | Callable) -> Callable:
         module_name, _, attr = str(target).rpartition(".")
     if not module_name or not attr:
         raise ValueError(f"trl: function must look like 'package.module:function', got {target!r}")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
+    obj = import_target(f"{module_name}:{attr}")
     if not callable(obj):
         raise TypeError(f"trl: {target!r} is not callable")
     return obj
