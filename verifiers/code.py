@@ -264,6 +264,13 @@ class CodeVerifier(Verifier):
         state["_pool"] = state["_pool_pid"] = None
         return state
 
+    def close(self) -> None:
+        """Stop this verifier's sandbox pool (its processes and cgroups) now; a later ``score``
+        starts a new one. The verifier worker calls it when it shuts down."""
+        pool, self._pool, self._pool_pid = self._pool, None, None
+        if pool is not None:
+            pool.close()
+
     def _sandbox(self):
         if self._pool is None or self._pool_pid != os.getpid():
             from rlvr.sandbox import SandboxPool
