@@ -111,10 +111,13 @@ class SandboxPool:
 
         ``setup`` runs before the solution in the same namespace (e.g. the dataset's imports).
         ``keep_names``: names the tests call on purpose even though they shadow a builtin or a
-        standard module (otherwise the tests see the real builtin). ``guard_solution``: wrap the
-        solution's functions that the tests call, so that after every call the standard modules
-        are restored (patches made inside a call cannot fake the test's next assertions) and a
-        returned object whose class the program made with operator overrides is rejected.
+        standard module (otherwise the tests see the real builtin). ``guard_solution``: the tests'
+        comparisons compare plain data (copies made of builtin types), every value a call in a
+        test returns is checked, and an object made to fake comparisons (``__eq__`` always
+        True, an int subclass with a lying ``__eq__``) fails its test as ``rejected``; the
+        solution's functions are wrapped so that after every call the standard modules are
+        restored (patches made inside a call cannot fake the test's next assertions). See
+        docs/sandbox.md, "Comparisons compare plain data".
         """
         _check_text("code", code)
         tests = list(tests)
