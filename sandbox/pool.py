@@ -15,7 +15,6 @@ process (re-created after ``fork()``, since a child must not share the parent's 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import logging
 import os
 import queue
@@ -92,7 +91,11 @@ class SandboxPool:
         self._pid = os.getpid()
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        atexit.register(_close_quietly, weakref.ref(self))
+        # Runs at close(), when the pool is garbage-collected without close() (a verifier dropped
+        # by its owner, a worker returning from main()), and at interpreter exit: its processes
+        # and cgroups must not outlive it. It holds the slots and the tree, never the pool.
+        self._resources = {"executor": None}
+        self._finalizer = weakref.finalize(self, _shut_down, self._slots, self._tree, self._pid, self._resources)
 
     # --- public calls -----------------------------------------------------------------------------
 
@@ -162,14 +165,7 @@ class SandboxPool:
             if self._closed:
                 return
             self._closed = True
-        if os.getpid() != self._pid:
-            return  # a forked child does not own these processes
-        for slot in self._slots:
-            slot.close()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
-        if self._tree is not None:
-            self._tree.destroy()
+        self._finalizer()
 
     def __enter__(self) -> "SandboxPool":
         return self
@@ -199,6 +195,7 @@ class SandboxPool:
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="sandbox")
+                self._resources["executor"] = self._executor
         return self._executor.map(fn, items)
 
 
@@ -207,10 +204,19 @@ def _check_text(name: str, value) -> None:
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
 
 
-def _close_quietly(ref) -> None:
-    pool = ref()
-    if pool is not None:
+def _shut_down(slots: list, tree, owner_pid: int, resources: dict) -> None:
+    """Stop the slots and remove the cgroups of a pool (its finalizer: see SandboxPool.__init__)."""
+    if os.getpid() != owner_pid:
+        return  # a forked child does not own these processes
+    for slot in slots:
         try:
-            pool.close()
-        except Exception:  # interpreter shutdown: best effort
+            slot.close()
+        except Exception:  # interpreter shutdown: best effort, the rest must still go
+            pass
+    if resources.get("executor") is not None:
+        resources["executor"].shutdown(wait=False)
+    if tree is not None:
+        try:
+            tree.destroy()
+        except Exception:
             pass
