@@ -23,10 +23,11 @@ import threading
 import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Iterable, Sequence
 
 from rlvr.sandbox import detect as _caps
-from rlvr.sandbox import cgroups, outcomes
+from rlvr.sandbox import cgroups, launch, outcomes
 from rlvr.sandbox.limits import ExecResult, Limits, TestReport
 from rlvr.sandbox.slot import SandboxStartError, Slot
 
@@ -76,6 +77,8 @@ class SandboxPool:
             warnings.warn(message + " -- running untrusted code anyway because allow_weak_isolation=True",
                           RuntimeWarning, stacklevel=2)
             log.warning("%s (allow_weak_isolation=True)", message)
+        if caps["uid_drop"] and not caps["bwrap"]["works"]:
+            _check_python_is_reachable(caps, site_packages)
         self.caps = caps
         self.size = max(1, int(slots or os.cpu_count() or 1))
         self._tree = None
@@ -197,6 +200,37 @@ class SandboxPool:
                 self._executor = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="sandbox")
                 self._resources["executor"] = self._executor
         return self._executor.map(fn, items)
+
+
+def _check_python_is_reachable(caps: dict, site_packages: bool) -> None:
+    """Without bubblewrap, runs drop to an unprivileged uid that must still read the interpreter
+    and its standard library (every module a program imports after start-up, the interpreter a
+    program runs with ``subprocess``). Below a 0700 directory (pyenv or conda in a home) the
+    zygote shows it to them in a mount namespace (``sandbox.zygote._show_python``); where that
+    cannot work, refuse now with what to do, instead of failing in every run."""
+    view = launch.python_view(site_packages=site_packages)
+    if view["unfixable"]:
+        why = "; ".join(f"{d} ({_mode(d)})" for d in view["unfixable"]) + ": other users cannot read it"
+    elif view["dirs"] and not caps["per_run_namespaces"]:
+        placed = [f"{d} is inside {top} ({_mode(top)})" for d in view["dirs"] for top in view["tops"]
+                  if Path(d).is_relative_to(top)]
+        why = ("; ".join(placed) + ": other users cannot traverse it, and with namespaces switched off "
+               "the sandbox has no mount namespace to show it to them")
+    else:
+        return
+    raise IsolationError(
+        f"the sandbox's Python is out of reach of the unprivileged uid that runs programs: {why}. "
+        "Programs could not import modules or start the interpreter. Fix one of: install bubblewrap "
+        "(apt-get install bubblewrap); use a Python installed outside a private directory (e.g. "
+        "/usr/bin/python3, or pyenv/conda outside a 0700 home); or make it reachable (chmod o+rx on "
+        "the Python directory and o+x on its parents)")
+
+
+def _mode(path: str) -> str:
+    try:
+        return f"mode {os.stat(path).st_mode & 0o7777:04o}"
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
 
 
 def _check_text(name: str, value) -> None:
