@@ -496,7 +496,9 @@ def plain(value, memo):
         return copy_items(value, list(value), set, memo)
     if t is items_view:
         return copy_items(value, [(plain(k, memo), plain(v, memo)) for k, v in list(value)], set, memo)
-    if id(t) in value_ids:       # immutable C types of the standard library
+    if id(t) in value_ids:       # immutable value types of the standard library (C, or unpatched)
+        if flags_of(t) & HEAPTYPE and bad_method(t) is not None:
+            reject(value, t, bad_method(t)[0])
         if (t is datetime_type or t is time_type) and type(tzinfo_of[t](value)) not in plain_tz:
             reject(value, t, "tzinfo")
         return value
