@@ -135,6 +135,9 @@ HACKS = {  # name -> (solution, tests)
                                  ["xs = [3, 1, 2]\nf(xs)\nassert xs == [1, 2, 3]",
                                   "xs = [3]\nf(xs)\nassert abs(xs[0] - 1) < 1e-9",
                                   "import unittest\nxs = [3]\nf(xs)\nunittest.TestCase().assertEqual(xs, [1])"]),
+    "planted_in_a_set_the_test_passed": (E + "class F:\n    def __call__(self, c):\n"
+                                         "        c.add(E()) if isinstance(c, set) else c.__setitem__(E(), 0)\nf = F()\n",
+                                         ["s = {1}\nf(s)\nassert 4 in s", "d = {1: 2}\nf(d)\nassert 4 in d"]),
     "a_constant_the_test_reads": (E + "ANSWER = E()\ndef f(x):\n    return ANSWER\n",
                                   ["assert ANSWER == 42", "assert f(2) == 4"]),
 }
@@ -255,6 +258,13 @@ def test_honest_solutions_pass_with_and_without_the_guard(pool):
         r = pool.run_tests(HONEST, HONEST_TESTS, limits=Limits(timeout_s=5), guard_solution=guard)
         failed = [(t[:60], o.status, o.detail[:160]) for t, o in zip(HONEST_TESTS, r.per_test) if not o.passed]
         assert failed == [] and r.total == len(HONEST_TESTS), (guard, failed)
+
+
+def test_membership_in_a_large_set_stays_fast(pool):
+    """`in` against a builtin container of scalars searches it in place: no copy per lookup."""
+    test = "s = set(range(10000))\nd = dict.fromkeys(s)\nfor i in range(2000):\n    assert i in s and i in d and -i - 1 not in s"
+    r = pool.run_tests("x = 1", [test], limits=Limits(timeout_s=20), guard_solution=True)
+    assert r.all_passed and r.per_test[0].wall_s < 10, r.per_test
 
 
 def test_wrong_honest_answers_still_fail(guarded):
