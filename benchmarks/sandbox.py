@@ -39,6 +39,10 @@ from rlvr.sandbox import Limits, SandboxPool, capabilities  # noqa: E402
 PROGRAM = "print(sum(i * i for i in range(1000)))"
 SOLUTION = "def square_sum(n):\n    return sum(i * i for i in range(n))\n"
 TESTS = ["assert square_sum(3) == 5", "assert square_sum(0) == 0", "assert square_sum(1000) == 332833500"]
+# HumanEval-sized: one test that defines check(candidate) with a dozen asserts and calls it.
+HE_TESTS = ["def check(candidate):\n" + "".join(f"    assert candidate({n}) == {sum(i * i for i in range(n))}\n"
+                                                  for n in range(12))
+            + "    assert abs(candidate(7) - 91) < 1e-9\n    assert candidate(2) in [1, 5]\ncheck(square_sum)\n"]
 LIMITS = Limits(timeout_s=10)
 
 
@@ -82,7 +86,10 @@ def cpu_per_run(pool: SandboxPool, n: int) -> dict:
     """CPU seconds per execute() and per run_tests() call (all processes involved)."""
     out = {}
     for name, call in (("execute", lambda: pool.execute(PROGRAM, limits=LIMITS)),
-                       ("run_tests", lambda: pool.run_tests(SOLUTION, TESTS, limits=LIMITS))):
+                       ("run_tests", lambda: pool.run_tests(SOLUTION, TESTS, limits=LIMITS)),
+                       ("guarded", lambda: pool.run_tests(SOLUTION, TESTS, limits=LIMITS, guard_solution=True)),
+                       ("he", lambda: pool.run_tests(SOLUTION, HE_TESTS, limits=LIMITS)),
+                       ("he_guarded", lambda: pool.run_tests(SOLUTION, HE_TESTS, limits=LIMITS, guard_solution=True))):
         before = cpu_seconds(pool)
         for _ in range(n):
             call()
@@ -96,7 +103,7 @@ def cpu_per_run(pool: SandboxPool, n: int) -> dict:
 
 def throughput(pool: SandboxPool, n: int, workers: int, repeats: int) -> dict:
     """Programs per second: bare subprocesses vs sandbox executes vs sandbox run_tests calls."""
-    rates = {"bare": [], "execute": [], "run_tests": []}
+    rates = {"bare": [], "execute": [], "run_tests": [], "guarded": []}
     with ThreadPoolExecutor(workers) as threads:
         for _ in range(repeats):
             start = time.perf_counter()
@@ -109,6 +116,10 @@ def throughput(pool: SandboxPool, n: int, workers: int, repeats: int) -> dict:
             start = time.perf_counter()
             reports = pool.run_tests_many([(SOLUTION, TESTS)] * n, limits=LIMITS)
             rates["run_tests"].append(n / (time.perf_counter() - start))
+            assert all(r.all_passed for r in reports)
+            start = time.perf_counter()
+            reports = pool.run_tests_many([(SOLUTION, TESTS)] * n, limits=LIMITS, guard_solution=True)
+            rates["guarded"].append(n / (time.perf_counter() - start))
             assert all(r.all_passed for r in reports)
     return {k: statistics.median(v) for k, v in rates.items()}
 
@@ -148,12 +159,17 @@ def main() -> None:
     print(f"  sandbox execute()     {thr['execute']:8.1f} programs/s   ratio {thr['execute'] / thr['bare']:.2f}x bare")
     print(f"  sandbox run_tests()   {thr['run_tests']:8.1f} solutions/s ({len(TESTS)} tests each, "
           f"{thr['run_tests'] * len(TESTS):.0f} tests/s; target >= 40 programs/s)")
+    print(f"  run_tests(guard_solution=True) {thr['guarded']:5.1f} solutions/s   (what the code verifier uses: "
+          f"ratio {thr['guarded'] / thr['run_tests']:.2f} of unguarded)")
     print()
     cores = os.cpu_count() or 1
     print(f"CPU per run (all processes involved, independent of the machine's other load):")
     print(f"  bare python -c        {cpu['bare'] * ms:8.1f} ms CPU  -> {cores / cpu['bare']:6.0f} programs/s on {cores} idle cores")
     print(f"  sandbox execute()     {cpu['execute'] * ms:8.1f} ms CPU  -> {cores / cpu['execute']:6.0f} programs/s")
     print(f"  sandbox run_tests()   {cpu['run_tests'] * ms:8.1f} ms CPU  -> {cores / cpu['run_tests']:6.0f} solutions/s")
+    print(f"  run_tests, guarded    {cpu['guarded'] * ms:8.1f} ms CPU  -> {cores / cpu['guarded']:6.0f} solutions/s")
+    print(f"  HumanEval-style test  {cpu['he'] * ms:8.1f} ms CPU unguarded, {cpu['he_guarded'] * ms:.1f} ms guarded "
+          f"(one check() with 14 asserts)")
     print(f"load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -8,8 +8,12 @@ inside (no per-run migration). Runs of a slot are sequential, so the cgroup caps
 time; between runs the zygote's own baseline is added to the memory limit.
 
 Everything is created below this process's own cgroup in each hierarchy (nested limits of the
-machine still apply), in a directory named ``rlvr-sandbox-<pid>-<random>`` that is removed at
-close; empty directories left behind by a crashed process are removed by the next pool.
+machine still apply), in a directory named ``rlvr-sandbox-<pid>-<random>-s<start time>`` (the
+owner's pid and its start time in clock ticks since boot, from /proc/<pid>/stat) that is removed
+at close. A tree left behind by an owner that died without cleaning up (SIGKILL, ``os._exit``) is
+removed by the next pool that starts below the same cgroup, once it holds no process: its owner
+is dead when no process has that pid, or when the process that has it now started at another
+time (pids are reused: pid_max is 32768 on these machines).
 
 Works with the v1/v2 mix these machines have (v1 memory and pids controllers, a v2 hierarchy
 without controllers) and with a pure v2 machine where the memory and pids controllers can be
@@ -114,6 +118,46 @@ def locate(names: tuple[str, ...] = ("memory", "pids")) -> dict[str, Controller]
     return found
 
 
+def start_time(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (None if there is no such process)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the command name may hold spaces
+    except (IndexError, ValueError):
+        return None
+
+
+def tree_name(pid: int) -> str:
+    """The name of a new pool's cgroup tree: owner pid, a random part, owner start time."""
+    start = start_time(pid)
+    return f"{PREFIX}{pid}-{secrets.token_hex(4)}" + (f"-s{start}" if start is not None else "")
+
+
+def tree_owner(name: str) -> tuple[int, int | None] | None:
+    """(pid, start time or None) of the pool that made tree ``name``; None for other names.
+    Names without a start time come from older versions of this module."""
+    if not name.startswith(PREFIX) or name.startswith(PREFIX + "probe"):
+        return None
+    parts = name[len(PREFIX):].split("-")
+    try:
+        pid = int(parts[0])
+        start = int(parts[2][1:]) if len(parts) > 2 and parts[2].startswith("s") else None
+    except ValueError:
+        return None
+    return pid, start
+
+
+def owner_alive(owner: tuple[int, int | None]) -> bool:
+    """Whether the process that made a tree still runs (same pid and, when known, same start)."""
+    pid, start = owner
+    if not _pid_alive(pid):
+        return False
+    return start is None or start_time(pid) in (start, None)
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -172,7 +216,8 @@ def remove_stale(controllers: dict[str, Controller]) -> int:
 
     Never kills anything: a tree that still holds processes is left alone, since its owner may
     live in another pid namespace (and so only look dead from here). A dead owner's sandboxes die
-    with it (bwrap --die-with-parent), so its tree is empty by the time we look."""
+    with it (bwrap --die-with-parent, the bare zygote's parent-death signal), so its tree is empty
+    by the time we look."""
     removed = 0
     for ctl in controllers.values():
         try:
@@ -180,14 +225,10 @@ def remove_stale(controllers: dict[str, Controller]) -> int:
         except OSError:
             continue
         for entry in entries:
-            name = entry.name
-            if not (entry.is_dir() and name.startswith(PREFIX)) or name.startswith(PREFIX + "probe"):
+            owner = tree_owner(entry.name)
+            if owner is None or not entry.is_dir():
                 continue
-            try:
-                owner = int(name[len(PREFIX):].split("-")[0])
-            except ValueError:
-                continue
-            if not _pid_alive(owner) and _empty(entry):
+            if not owner_alive(owner) and _empty(entry):
                 _kill_and_remove(entry)  # nothing to kill: removes the empty directories
                 removed += 1
     return removed
@@ -258,12 +299,12 @@ class SlotCgroup:
 
 
 class CgroupTree:
-    """One pool's cgroup directories: ``<own cgroup>/rlvr-sandbox-<pid>-<hex>/slot<k>``."""
+    """One pool's cgroup directories: ``<own cgroup>/rlvr-sandbox-<pid>-<hex>-s<start>/slot<k>``."""
 
     def __init__(self, controllers: dict[str, Controller]):
         self.controllers = controllers
         remove_stale(controllers)
-        self.name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        self.name = tree_name(os.getpid())
         self.roots: dict[str, tuple[int, Path]] = {}
         for name, ctl in controllers.items():
             root = ctl.base / self.name

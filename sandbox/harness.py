@@ -7,9 +7,11 @@ Runs *inside* the sandbox, standard library only, with no class that has Python 
   (exit code, uncaught-exception traceback on stderr, atexit handlers, non-daemon threads joined).
 * :func:`run_tests` — ``run_tests()``: the setup code and the solution run once under a timer;
   then each test runs in a fresh fork of that process, in a fresh copy of the namespace, after
-  the standard modules are restored, with its own timeout. With ``guard_solution`` the
-  solution's functions the tests call are wrapped: after every call the modules tests use are
-  restored again and the returned value is checked (``pyguard.make_return_guard``). This process (the parent) waits for
+  the standard modules are restored, with its own timeout. With ``guard_solution`` the tests
+  are compiled first, before any program code runs, with their comparisons and calls routed
+  through the guard (``pyguard.instrument_test``: plain data only), and the solution's functions
+  the tests call are wrapped: after every call the modules tests use are restored again and the
+  returned value is checked (``pyguard.make_guard``). This process (the parent) waits for
   each test with a pidfd and kills what is left of it (``kill(-1)`` reaches every process of the
   slot's uid except the caller) before the next one starts.
 
@@ -50,6 +52,7 @@ _getpid, _getppid = os.getpid, os.getppid
 _setitimer, _ITIMER_REAL = signal.setitimer, signal.ITIMER_REAL
 _compile, _exec, _str, _type, _isinstance, _slice = compile, exec, str, type, isinstance, slice
 _enumerate, _frozenset, _bool, _float, _int, _len = enumerate, frozenset, bool, float, int, len
+_dict_items = dict.items
 _BaseException, _SystemExit, _MemoryError, _OSError = BaseException, SystemExit, MemoryError, OSError
 _SIGKILL = signal.SIGKILL
 _WIFSIGNALED, _WTERMSIG, _WEXITSTATUS = os.WIFSIGNALED, os.WTERMSIG, os.WEXITSTATUS
@@ -65,6 +68,7 @@ _test_namespace = pyguard.test_namespace
 _gc_collect, _gc_freeze = gc.collect, gc.freeze
 _guard_functions = pyguard.guard_solution_functions
 _ReturnRejected = pyguard.ReturnRejected
+_CodeType = types.CodeType
 
 
 def make_emitter(fd: int, nonce: str):
@@ -178,7 +182,20 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
     # Built before the solution runs: it must not use anything the solution could replace.
     # ``reached`` is filled in each test process with the standard modules its test can see.
     reached: list = []
-    wrap = pyguard.make_return_guard(snap, reached) if req.get("guard_solution") else None
+    guard = pyguard.make_guard(snap, reached) if req.get("guard_solution") else None
+    # With the guard, the tests are compiled now, before any program code runs, with their
+    # comparisons and calls routed through it (pyguard.instrument_test); a test that does not
+    # compile keeps its exception, raised in its own process like any failure.
+    compiled: list = []
+    if guard is not None:
+        helpers = pyguard.test_helpers(guard)
+        for i, source in enumerate(req["tests"]):
+            try:
+                compiled.append(pyguard.instrument_test(source, "<test %d>" % i))
+            except BaseException as exc:
+                compiled.append(exc)
+    else:
+        helpers = None
     ns = {"__name__": "solution", "__builtins__": builtins}
     sys.modules["__main__"] = types.ModuleType("__main__")
     harness_pid = _getpid()
@@ -211,7 +228,8 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
         start = _perf()
         pid = _fork()
         if pid == 0:
-            _one_test(i, source, ns, snap, keep, wrap, reached, emit, controls)
+            code = compiled[i] if helpers is not None else None
+            _one_test(i, source, code, ns, snap, keep, guard, helpers, reached, emit, controls)
         kind, code = _wait_test(pid, timeout)
         emit('{"ev":"end","i":%d,"kind":"%s","code":%d,"wall_s":%.6f}' % (i, kind, code, _perf() - start))
         try:  # whatever the test left behind (daemons, setsid'ed children)
@@ -223,17 +241,25 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
     _exit(0)
 
 
-def _one_test(i: int, source: str, ns: dict, snap: dict, keep, wrap, reached, emit, controls) -> None:
-    """In the forked test process: build the namespace, run, report. Never returns."""
+def _one_test(i: int, source: str, code, ns: dict, snap: dict, keep, guard, helpers, reached, emit,
+              controls) -> None:
+    """In the forked test process: build the namespace, run, report. Never returns. ``code`` is
+    the instrumented test (or the exception compiling it raised) when the guard is on."""
     name = "<test %d>" % i
     me, parent = _getpid(), _getppid()  # before any program code runs in this process
     try:
         _setpgid(0, 0)
         tns = _test_namespace(ns, snap, keep, reached)
-        if wrap is not None:
-            _guard_functions(tns, wrap)
+        if guard is not None:
+            _guard_functions(tns, guard["wrap"])
+            for key, value in _dict_items(helpers):
+                tns[key] = value
         controls["set_test_globals"](tns)
-        _exec(_compile(source, name, "exec"), tns)
+        if code is None:
+            code = _compile(source, name, "exec")
+        elif _type(code) is not _CodeType:
+            raise code
+        _exec(code, tns)
     except _BaseException as exc:
         _only_the_original(me, parent)
         detail = describe(exc, controls["frames"], name, source)

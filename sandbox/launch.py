@@ -21,6 +21,7 @@ import glob
 import json
 import os
 import shutil
+import stat
 import sys
 import sysconfig
 from pathlib import Path
@@ -80,6 +81,43 @@ def _python_dirs(*, site_packages: bool = False) -> list[str]:
     if site_packages:
         dirs |= {sys.prefix, sys.exec_prefix, str(Path(os.path.realpath(sys.executable)).parent.parent)}
     return sorted(d for d in dirs if d and not (d == "/usr" or d.startswith("/usr/")) and os.path.isdir(d))
+
+
+def _others_can_enter(path: Path, *, read: bool) -> bool:
+    """Whether a process of another uid, without supplementary groups, can traverse ``path``
+    (and list it, with ``read``): the "other" permission bits."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    need = stat.S_IXOTH | (stat.S_IROTH if read else 0)
+    return mode & need == need
+
+
+def python_view(*, site_packages: bool = False) -> dict:
+    """What the sandbox's unprivileged uid cannot reach of the Python it runs, without bubblewrap.
+
+    ``{"dirs": [...], "tops": [...], "unfixable": [...]}``: ``dirs`` are the Python directories
+    (see ``_python_dirs``) below a directory that other users cannot traverse (pyenv or conda in
+    a 0700 home), ``tops`` the highest such directories, ``unfixable`` the Python directories
+    that themselves deny other users (a bind mount keeps their mode). Empty lists when the
+    interpreter is readable by everyone. The zygote makes the ``dirs`` visible in a mount
+    namespace of its own (``sandbox.zygote._show_python``): a tmpfs on each top, the directories
+    bind-mounted read-only into it; bubblewrap does the same with ``--perms 0755 --dir``.
+    """
+    dirs, tops, unfixable = [], set(), []
+    for directory in _python_dirs(site_packages=site_packages):
+        path = Path(directory)
+        if not _others_can_enter(path, read=True):
+            unfixable.append(directory)
+            continue
+        blocked = [p for p in reversed(path.parents) if not _others_can_enter(p, read=False)]
+        if blocked:
+            dirs.append(directory)
+            tops.add(str(blocked[0]))
+    # A top inside another top is covered by the outer one's tmpfs.
+    tops = {t for t in tops if not any(t != u and Path(t).is_relative_to(u) for u in tops)}
+    return {"dirs": sorted(dirs), "tops": sorted(tops), "unfixable": unfixable}
 
 
 def _site_dirs(mounted: list[str]) -> list[str]:

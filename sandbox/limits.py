@@ -17,7 +17,8 @@ A :class:`TestReport`'s ``status`` is about the harness, not the solution: ``ok`
 has a meaningful outcome (passed or not), ``error``/``timeout`` mean the sandbox failed and the
 outcomes carry no information. Per test, :class:`TestOutcome.status` is one of ``passed``,
 ``failed`` (raised, including a failed assert), ``timeout``, ``memory``, ``crashed`` (the process
-died or exited before reporting), ``rejected`` (returned an object made to fake comparisons),
+died or exited before reporting), ``rejected`` (with ``guard_solution``: the test met an object
+made to fake comparisons, or compared something that is not plain data),
 ``not_run`` (the solution itself failed to load, or a previous step took the run down), ``error``.
 """
 

@@ -15,7 +15,6 @@ process (re-created after ``fork()``, since a child must not share the parent's 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import logging
 import os
 import queue
@@ -24,10 +23,11 @@ import threading
 import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Iterable, Sequence
 
 from rlvr.sandbox import detect as _caps
-from rlvr.sandbox import cgroups, outcomes
+from rlvr.sandbox import cgroups, launch, outcomes
 from rlvr.sandbox.limits import ExecResult, Limits, TestReport
 from rlvr.sandbox.slot import SandboxStartError, Slot
 
@@ -77,6 +77,8 @@ class SandboxPool:
             warnings.warn(message + " -- running untrusted code anyway because allow_weak_isolation=True",
                           RuntimeWarning, stacklevel=2)
             log.warning("%s (allow_weak_isolation=True)", message)
+        if caps["uid_drop"] and not caps["bwrap"]["works"]:
+            _check_python_is_reachable(caps, site_packages)
         self.caps = caps
         self.size = max(1, int(slots or os.cpu_count() or 1))
         self._tree = None
@@ -92,7 +94,11 @@ class SandboxPool:
         self._pid = os.getpid()
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        atexit.register(_close_quietly, weakref.ref(self))
+        # Runs at close(), when the pool is garbage-collected without close() (a verifier dropped
+        # by its owner, a worker returning from main()), and at interpreter exit: its processes
+        # and cgroups must not outlive it. It holds the slots and the tree, never the pool.
+        self._resources = {"executor": None}
+        self._finalizer = weakref.finalize(self, _shut_down, self._slots, self._tree, self._pid, self._resources)
 
     # --- public calls -----------------------------------------------------------------------------
 
@@ -111,10 +117,13 @@ class SandboxPool:
 
         ``setup`` runs before the solution in the same namespace (e.g. the dataset's imports).
         ``keep_names``: names the tests call on purpose even though they shadow a builtin or a
-        standard module (otherwise the tests see the real builtin). ``guard_solution``: wrap the
-        solution's functions that the tests call, so that after every call the standard modules
-        are restored (patches made inside a call cannot fake the test's next assertions) and a
-        returned object whose class the program made with operator overrides is rejected.
+        standard module (otherwise the tests see the real builtin). ``guard_solution``: the tests'
+        comparisons compare plain data (copies made of builtin types), every value a call in a
+        test returns is checked, and an object made to fake comparisons (``__eq__`` always
+        True, an int subclass with a lying ``__eq__``) fails its test as ``rejected``; the
+        solution's functions are wrapped so that after every call the standard modules are
+        restored (patches made inside a call cannot fake the test's next assertions). See
+        docs/sandbox.md, "Comparisons compare plain data".
         """
         _check_text("code", code)
         tests = list(tests)
@@ -159,14 +168,7 @@ class SandboxPool:
             if self._closed:
                 return
             self._closed = True
-        if os.getpid() != self._pid:
-            return  # a forked child does not own these processes
-        for slot in self._slots:
-            slot.close()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
-        if self._tree is not None:
-            self._tree.destroy()
+        self._finalizer()
 
     def __enter__(self) -> "SandboxPool":
         return self
@@ -196,7 +198,39 @@ class SandboxPool:
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="sandbox")
+                self._resources["executor"] = self._executor
         return self._executor.map(fn, items)
+
+
+def _check_python_is_reachable(caps: dict, site_packages: bool) -> None:
+    """Without bubblewrap, runs drop to an unprivileged uid that must still read the interpreter
+    and its standard library (every module a program imports after start-up, the interpreter a
+    program runs with ``subprocess``). Below a 0700 directory (pyenv or conda in a home) the
+    zygote shows it to them in a mount namespace (``sandbox.zygote._show_python``); where that
+    cannot work, refuse now with what to do, instead of failing in every run."""
+    view = launch.python_view(site_packages=site_packages)
+    if view["unfixable"]:
+        why = "; ".join(f"{d} ({_mode(d)})" for d in view["unfixable"]) + ": other users cannot read it"
+    elif view["dirs"] and not caps["per_run_namespaces"]:
+        placed = [f"{d} is inside {top} ({_mode(top)})" for d in view["dirs"] for top in view["tops"]
+                  if Path(d).is_relative_to(top)]
+        why = ("; ".join(placed) + ": other users cannot traverse it, and with namespaces switched off "
+               "the sandbox has no mount namespace to show it to them")
+    else:
+        return
+    raise IsolationError(
+        f"the sandbox's Python is out of reach of the unprivileged uid that runs programs: {why}. "
+        "Programs could not import modules or start the interpreter. Fix one of: install bubblewrap "
+        "(apt-get install bubblewrap); use a Python installed outside a private directory (e.g. "
+        "/usr/bin/python3, or pyenv/conda outside a 0700 home); or make it reachable (chmod o+rx on "
+        "the Python directory and o+x on its parents)")
+
+
+def _mode(path: str) -> str:
+    try:
+        return f"mode {os.stat(path).st_mode & 0o7777:04o}"
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
 
 
 def _check_text(name: str, value) -> None:
@@ -204,10 +238,19 @@ def _check_text(name: str, value) -> None:
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
 
 
-def _close_quietly(ref) -> None:
-    pool = ref()
-    if pool is not None:
+def _shut_down(slots: list, tree, owner_pid: int, resources: dict) -> None:
+    """Stop the slots and remove the cgroups of a pool (its finalizer: see SandboxPool.__init__)."""
+    if os.getpid() != owner_pid:
+        return  # a forked child does not own these processes
+    for slot in slots:
         try:
-            pool.close()
-        except Exception:  # interpreter shutdown: best effort
+            slot.close()
+        except Exception:  # interpreter shutdown: best effort, the rest must still go
+            pass
+    if resources.get("executor") is not None:
+        resources["executor"].shutdown(wait=False)
+    if tree is not None:
+        try:
+            tree.destroy()
+        except Exception:
             pass

@@ -91,6 +91,10 @@ class Slot:
         if self.use_bwrap:
             argv = launch.bwrap_command(config, as_root=self.caps["root"], site_packages=self.site_packages)
         else:
+            if self.uid is not None:  # runs drop to another uid: it must be able to read Python
+                view = launch.python_view(site_packages=self.site_packages)
+                if view["dirs"]:
+                    config["python_view"] = view
             argv = launch.python_command(config, site_packages=self.site_packages)
         try:
             self.proc = spawn(lambda: subprocess.Popen(

@@ -51,7 +51,8 @@ PREIMPORTS = (
 )
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MS_REC, MS_PRIVATE = 1 << 14, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 WORK_DIR = "/tmp"
 RUN_ENV = {
@@ -88,10 +89,36 @@ def _read_all(fd: int) -> bytes:
         chunks.append(chunk)
 
 
+def _show_python(view: dict) -> None:
+    """Without bubblewrap, as root: let the runs' unprivileged uid reach the interpreter when it
+    lives below a directory other users cannot traverse (pyenv in a 0700 /root). In a mount
+    namespace of the zygote's own (runs inherit it): a tmpfs (mode 0755) on each such top
+    directory, which also hides the rest of it, and the Python directories bind-mounted
+    read-only at their own paths inside. ``view`` comes from ``sandbox.launch.python_view``."""
+    _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _mount("none", "/", None, MS_REC | MS_PRIVATE, None)  # nothing mounted here reaches the host
+    # Hold the directories before the tmpfs covers their path: bind from the held descriptor.
+    held = {d: os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for d in view["dirs"]}
+    umask = os.umask(0o022)  # the directories made in the tmpfs must be traversable
+    try:
+        for top in view["tops"]:
+            _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096")
+        for directory, fd in held.items():
+            os.makedirs(directory, mode=0o755, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", directory, None, MS_BIND | MS_REC, None)
+            _mount("none", directory, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None)
+    finally:
+        os.umask(umask)
+        for fd in held.values():
+            os.close(fd)
+
+
 # --- the server loop --------------------------------------------------------------------------
 
 def main(config: dict) -> None:
     """Entry point called by the bootstrap that ``sandbox.launch`` passes to ``python -c``."""
+    if config.get("python_view"):
+        _show_python(config["python_view"])
     for name in PREIMPORTS:
         __import__(name)
     sys.modules["site"].setquit()  # exit()/quit() as in a normal interpreter (we run with -S)

@@ -23,6 +23,8 @@ from rlvr.sandbox.slot import UID_BASE, UID_SPAN
 CAPS = capabilities()
 pytestmark = [
     pytest.mark.bwrap,
+    pytest.mark.skipif(not CAPS["bwrap"]["works"],
+                       reason=f"needs bubblewrap (apt-get install bubblewrap): {CAPS['bwrap']['error']}"),
     pytest.mark.skipif(CAPS["isolation"] != "strong", reason=f"needs the strong sandbox: {CAPS['missing']}"),
 ]
 

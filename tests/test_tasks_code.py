@@ -39,7 +39,8 @@ def _strong() -> bool:
 def sandboxed(test):
     """Marks for a test that runs programs: the code verifier and the strong sandbox must exist."""
     test = pytest.mark.bwrap(test)
-    test = pytest.mark.skipif(not _strong(), reason="needs the strong sandbox (bubblewrap)")(test)
+    test = pytest.mark.skipif(not _strong(), reason="needs the strong sandbox: bubblewrap (apt-get install "
+                              "bubblewrap), root and a memory cgroup")(test)
     return pytest.mark.skipif("code" not in list_verifiers(), reason="the code verifier is not registered")(test)
 
 

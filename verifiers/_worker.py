@@ -11,9 +11,9 @@ a pickle. Messages::
                        ("unportable", spec, error)      the verifier could not be rebuilt here
 
 ``blob`` is the pickled verifier instance, sent the first time a worker meets ``spec``. The worker
-never times itself out: the parent kills it when an item overruns. It exits when stdin closes or
-its parent dies (a watchdog thread polls the parent pid, because a killed parent closes no pipe
-while the worker is busy).
+never times itself out: the parent kills it when an item overruns. It exits when stdin closes
+(after calling ``close()`` on the verifiers that have one) or its parent dies (a watchdog thread
+polls the parent pid, because a killed parent closes no pipe while the worker is busy).
 """
 
 from __future__ import annotations
@@ -76,6 +76,18 @@ def _result_tuple(reward) -> tuple:
     return (r.score, r.status, dict(r.components), r.latency_s, info)
 
 
+def _close_all(instances: dict) -> None:
+    """Graceful shutdown (stdin closed): let verifiers that hold resources release them, e.g.
+    the code verifier's sandbox pool and its cgroups, before the parent's grace period ends."""
+    for impl in instances.values():
+        close = getattr(impl, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:
+                pass
+
+
 def main() -> None:
     out = os.fdopen(os.dup(1), "wb", buffering=0)  # the protocol channel
     os.dup2(2, 1)  # a verifier's stray print() must not corrupt the protocol
@@ -95,6 +107,7 @@ def main() -> None:
     while True:
         message = read_frame(stdin)
         if message is None:
+            _close_all(instances)
             return
         _kind, spec, blob, items = message
         impl = instances.get(spec)

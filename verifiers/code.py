@@ -193,8 +193,10 @@ class CodeVerifier(Verifier):
         timeout_s: seconds per test and per stdio case.
         total_timeout_s: upper bound for one item (keep it below the runner's deadline).
         memory_mb: memory cap of the program's whole process tree, MiB.
-        guard_solution: restore the standard library after every call into the solution and
-            reject returned objects that fake comparisons (see ``sandbox.pyguard``).
+        guard_solution: tests compare plain data only, and objects made to fake comparisons
+            (``__eq__`` always True, an int subclass with a lying ``__eq__``, ...) are rejected;
+            the standard library is restored after every call into the solution (see
+            docs/sandbox.md and ``sandbox.pyguard``).
         sandbox_slots: concurrent sandboxes this verifier keeps per process.
         allow_weak_isolation: run even where the machine lacks the strong isolation (warns).
     """
@@ -245,6 +247,10 @@ class CodeVerifier(Verifier):
             ("hack", fence(wrong + "\nprint('ALL TESTS PASSED')"), "reject"),
             ("hack", fence("class E:\n    def __eq__(self, o): return True\n    def __lt__(self, o): return True\n"
                            "def add(a, b):\n    return E()"), "reject"),
+            ("hack", fence("class I(int):\n    __eq__ = int.__ne__\n    __hash__ = int.__hash__\n"
+                           "def add(a, b):\n    return I(0)"), "reject"),
+            ("hack", fence("class E:\n    def __eq__(self, o): return True\n    def __float__(self): return 0.0\n"
+                           "class Add:\n    def __call__(self, a, b): return E()\nadd = Add()"), "reject"),
             ("hack", fence(wrong + "\nimport math\nmath.isclose = lambda *a, **k: True"), "reject"),
             ("hack", fence("import os\ndef add(a, b):\n    return os.fork() and (a - b) or (a + b)"), "reject"),
             ("hack", fence("import sys\ndef add(a, b):\n    f = sys._getframe(1)\n    return f.f_code.co_consts[-2]"), "reject"),
@@ -263,6 +269,13 @@ class CodeVerifier(Verifier):
         state = dict(self.__dict__)
         state["_pool"] = state["_pool_pid"] = None
         return state
+
+    def close(self) -> None:
+        """Stop this verifier's sandbox pool (its processes and cgroups) now; a later ``score``
+        starts a new one. The verifier worker calls it when it shuts down."""
+        pool, self._pool, self._pool_pid = self._pool, None, None
+        if pool is not None:
+            pool.close()
 
     def _sandbox(self):
         if self._pool is None or self._pool_pid != os.getpid():

@@ -31,6 +31,7 @@ WORKER_COMMAND = [sys.executable, "-c", "from rlvr.verifiers._worker import main
 MAX_CHUNK = 32
 STARTUP_TIMEOUT_S = 120.0
 MAX_STARTUP_FAILURES = 3
+STOP_GRACE_S = 3.0  # for idle workers to exit on their own at close() before they are killed
 
 
 def worker_env(memory_mb: int) -> dict[str, str]:
@@ -203,8 +204,16 @@ class WorkerPool:
                 w.proc.kill()  # its batch sees EOF, reaps it and closes its pipes
             except OSError:
                 pass
+        # Idle workers exit on EOF, after closing what their verifiers hold (sandbox pools and
+        # their cgroups): all of them at once, within one shared grace period.
         for w in idle:
-            w.stop(grace_s=0.5)
+            try:
+                w.proc.stdin.close()
+            except OSError:
+                pass
+        deadline = time.monotonic() + STOP_GRACE_S
+        for w in idle:
+            w.stop(grace_s=max(0.0, deadline - time.monotonic()))
         with self._cond:
             self._all.difference_update(idle)
 
