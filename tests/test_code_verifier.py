@@ -18,8 +18,9 @@ import pytest
 from rlvr.sandbox import capabilities
 from rlvr.verifiers import Reward, get_verifier, list_verifiers
 from rlvr.verifiers.code import CodeVerifier, code_blocks, extract_program, humaneval_test, names_to_keep, same_output
+from tests.conftest import DATA_DIR, DATA_MISSING
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = DATA_DIR or Path(__file__).resolve().parents[1].parent / "shared" / "data"  # $RLVR_DATA_DIR first
 HUMANEVAL = DATA / "humaneval" / "HumanEval.jsonl.gz"
 MBPP = DATA / "mbpp" / "mbpp.jsonl"
 STRONG = capabilities()["isolation"] == "strong"
@@ -205,7 +206,7 @@ def test_cheats_score_zero(verifier):
 
 def _humaneval() -> list[dict]:
     if not HUMANEVAL.exists():
-        pytest.skip(f"HumanEval data not found at {HUMANEVAL}")
+        pytest.skip(f"HumanEval data not found at {HUMANEVAL}; {DATA_MISSING}")
     with gzip.open(HUMANEVAL, "rt") as f:
         return [json.loads(line) for line in f]
 
@@ -263,7 +264,7 @@ def test_humaneval_hardened_tests_pass_canonical_and_stop_helper_redefinition(ve
 
 def test_mbpp_reference_solutions_pass(verifier):
     if not MBPP.exists():
-        pytest.skip(f"MBPP data not found at {MBPP}")
+        pytest.skip(f"MBPP data not found at {MBPP}; {DATA_MISSING}")
     rows = [json.loads(line) for line in MBPP.read_text().splitlines()]
     rows = [r for r in rows if 11 <= r["task_id"] <= 70]  # a slice of the standard test split
 
