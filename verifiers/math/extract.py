@@ -38,6 +38,7 @@ import re
 from dataclasses import dataclass, field
 
 from rlvr.verifiers.math.normalize import matching_brace
+from rlvr.verifiers.math.special_tokens import cut_at_special_tokens
 
 MAX_BOXES = 64
 MAX_STATEMENT = 300
@@ -397,29 +398,6 @@ def _looks_like_answer(s: str) -> bool:
     if re.search(r"[\d\\$^=(){}]|\b[A-J]\b", s):
         return True
     return len(words) <= 3 and words[0] not in _PROSE_START
-
-
-# ----------------------------------------------------------------------------- special tokens
-# Chat-template and special tokens: <|im_end|>, <|eot_id|>, <|start_header_id|>, DeepSeek's <｜end▁of▁sentence｜>,
-# </s>, <eos>, Gemma's <end_of_turn>, Llama-2's [INST]. Text after one is a turn the model invented.
-_SPECIAL_TOKEN_RE = re.compile(
-    r"<\|[A-Za-z][A-Za-z0-9_.:-]{1,40}\|>|<\uff5c[^\uff5c<>\n]{1,40}\uff5c>"
-    r"|</s>|<eos>|<pad>|<(?:start|end)_of_(?:turn|text)>|\[/?INST\]")
-_ROLE_RE = re.compile(r"(?i)^\s*(?:system|user|assistant|model|human|gpt|bot)?\s*$")
-MAX_LEADING_TOKENS = 16
-
-
-def cut_at_special_tokens(text: str) -> str:
-    """``text`` up to the first special token that follows its content (tokens and role names that
-    open it, ``<|im_start|>assistant``, are skipped)."""
-    if "<" not in text and "[" not in text:
-        return text
-    pos = 0
-    for n, m in enumerate(_SPECIAL_TOKEN_RE.finditer(text)):
-        if n >= MAX_LEADING_TOKENS or not _ROLE_RE.match(text[pos: m.start()]):
-            return text[: m.start()]
-        pos = m.end()
-    return text
 
 
 # ----------------------------------------------------------------------------- self-correction

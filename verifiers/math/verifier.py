@@ -34,8 +34,9 @@ from rlvr.verifiers.math.answer import (
 )
 from rlvr.verifiers.math.equivalence import Tolerance, compare
 from rlvr.verifiers.math.expr import TooLarge
-from rlvr.verifiers.math.extract import choice_letters, cut_at_special_tokens, extract, final_region, find_boxed
+from rlvr.verifiers.math.extract import choice_letters, extract, final_region, find_boxed
 from rlvr.verifiers.math.normalize import normalize
+from rlvr.verifiers.math.special_tokens import cut_at_special_tokens
 from rlvr.verifiers.registry import register_verifier
 
 MAX_CANDIDATES = 16
