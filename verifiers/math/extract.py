@@ -37,6 +37,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from rlvr.verifiers.math.choices import choice_letters  # noqa: F401  (importable from here as before)
 from rlvr.verifiers.math.normalize import matching_brace
 from rlvr.verifiers.math.special_tokens import cut_at_special_tokens
 
@@ -645,42 +646,3 @@ def _fallback(region: str) -> Extraction:
     if _ENUMERATION_RE.search(tail) or _OR_PAIR_RE.search(tail):
         return Extraction([], "enumeration")
     return Extraction([last.group(0)], "last_number", alternatives_after(stripped, line_start))
-
-
-_CHOICE_LEAD_RE = re.compile(r"^\s*(?:option|choice)?\s*\(?\s*([A-J])\s*\)?(?=$|[\s.:)\],;])")
-_CHOICE_PAREN_RE = re.compile(r"\(\s*([A-J])\s*\)")
-_CHOICE_BARE_RE = re.compile(r"(?<![A-Za-z\\])([A-J])(?![A-Za-z])")
-_CHOICE_JOIN_RE = re.compile(r"^\s*(?:\bor\b|\band\b|/|,|&|\\lor|\\vee)\s*\(?\s*([A-J])\s*\)?(?![A-Za-z])")
-
-
-def choice_letters(answer: str, allowed: str) -> set[str]:
-    """Multiple-choice letters an answer names: ``(D)``, ``**B**``, ``\\textbf{(A)}``, ``C) 42``.
-
-    An answer that *starts* with a letter names that letter (``B because C is wrong`` names B) plus
-    any letter joined to it by "or", "and", "/" or a comma (``A or B`` names both: a hedge).
-    """
-    s = re.sub(r"\\(?:text|textbf|mathbf|mathrm|textit|boxed)\s*\{([^{}]*)\}", r"\1", answer)
-    s = s.replace("*", " ").replace("$", " ").replace("\\(", " ").replace("\\)", " ").strip()
-    lead = _CHOICE_LEAD_RE.match(s)
-    if lead and lead.group(1) in allowed:
-        letters = {lead.group(1)}
-        rest = s[lead.end():]
-        while True:
-            joined = _CHOICE_JOIN_RE.match(rest)
-            if not joined:
-                break
-            letters.add(joined.group(1))
-            rest = rest[joined.end():]
-        return letters
-    paren = {c for c in _CHOICE_PAREN_RE.findall(s) if c in allowed}
-    if paren:
-        return paren
-    bare = set()
-    for m in _CHOICE_BARE_RE.finditer(s):
-        letter = m.group(1)
-        after = s[m.end(): m.end() + 2]
-        if letter == "A" and re.match(r" [a-z]", after):  # the article "A total of"
-            continue
-        if letter in allowed:
-            bare.add(letter)
-    return bare

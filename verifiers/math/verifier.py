@@ -32,9 +32,10 @@ from rlvr.verifiers.math import symbolic
 from rlvr.verifiers.math.answer import (
     Answer, Choice, Matrix, Scalar, Seq, Text, Union_, Unparsed, parse_answer, split_top,
 )
+from rlvr.verifiers.math.choices import choice_letters
 from rlvr.verifiers.math.equivalence import Tolerance, compare
 from rlvr.verifiers.math.expr import TooLarge
-from rlvr.verifiers.math.extract import choice_letters, extract, final_region, find_boxed
+from rlvr.verifiers.math.extract import extract, final_region, find_boxed
 from rlvr.verifiers.math.normalize import normalize
 from rlvr.verifiers.math.special_tokens import cut_at_special_tokens
 from rlvr.verifiers.registry import register_verifier
