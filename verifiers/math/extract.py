@@ -40,40 +40,20 @@ from dataclasses import dataclass, field
 from rlvr.verifiers.math.choices import choice_letters  # noqa: F401  (importable from here as before)
 from rlvr.verifiers.math.normalize import matching_brace
 from rlvr.verifiers.math.special_tokens import cut_at_special_tokens
+from rlvr.verifiers.math.statements import (
+    CONCLUDING_RE, CONNECTOR_RE, MAX_STATEMENT, NEGATION_RE, NUMBER_RE, Item, clean_statement, find_statements,
+    formula_like, looks_like_answer,
+)
 
 MAX_BOXES = 64
-MAX_STATEMENT = 300
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox|framebox)\s*(\{|\s+(?=\S))")
-_REST = r"[\s*_]*(?P<rest>[^\n]{0,%d})" % MAX_STATEMENT
-_STATEMENT_RES = (
-    # "the answer is 5", "the final answer to part (a) is: 5", "the correct option is (B)"
-    re.compile(r"(?i)(?<![a-z])(?:(?:(?:the|my|our)\s+)?(?:(?:final|correct)\s+)?answer|(?:correct|right|best)\s+(?:option|choice))"
-               r"(?:\s+(?:to|for)\s+[^.:\n]{0,40}?)?\s+is\s*[:：]?" + _REST),
-    # "Answer: 5" at the start of a line (markdown allowed), or "final answer: 5" anywhere
-    re.compile(r"(?im)(?:^[ \t#*_>\-]*(?:(?:the|my)\s+)?(?:final\s+)?|(?<![a-z])final\s+)answers?[ \t*_]*[:：=]" + _REST),
-)
-# Words between the marker and the answer that carry no value: "the answer is approximately 3.14".
-_FILLER_RE = re.compile(r"(?i)^(?:(?:approximately|approx\.?|about|around|roughly|exactly|equal\s+to|equals|simply|"
-                        r"just|now|then|therefore|thus|hence|so|given\s+by|as\s+follows|equivalently|"
-                        r"(?:written|expressed|simplified|rewritten|stated)\s+(?:as|to)|:)\s*)+")
-_PROSE_START = {"to", "that", "this", "what", "which", "how", "why", "because", "correct", "right", "wrong", "a", "an",
-                "the", "in", "of", "as", "we", "it", "clearly", "indeed", "given", "found", "below", "above", "not",
-                "still", "also", "different", "same", "obtained", "reached"}
-_HEADING_RE = re.compile(r"(?im)^[ \t#*_>]*(?:final[ \t]+)?answer[ \t*_:：]*$")
-_GSM8K_RE = re.compile(r"(?m)^[ \t]*####[ \t]*(?P<rest>[^\n]{1,%d})" % MAX_STATEMENT)
 _BOLD_RE = re.compile(r"\*\*([^*\n]{1,80}?)\*\*")
-_NUMBER_RE = re.compile(r"(?<![\w.^])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?:\s*\\?%)?(?![\w])|(?<![\w.])[-+]?\.\d+")
-_SENTENCE_END_RE = re.compile(r"\.(?=\s|$)|(?<!\\)[;!?](?=\s|$)")  # not LaTeX's \! or \;
-_NEGATION_RE = re.compile(r"(?i)^\s*(?:not\b|never\b|wrong|incorrect|unclear|unknown|n't)")
 _ENUMERATION_RE = re.compile(
     r"(?:\d[\d.,/]*\s*(?:,\s*(?:or\b|and\b)?|\bor\b|\band\b|;)\s*){2,}[-+]?\d[\d.,/]*\s*\W{0,3}$")
 _OR_PAIR_RE = re.compile(r"\d[\d./]*\s*(?:,\s*(?:or\b)?|\bor\b)(?:\s+(?:maybe|perhaps|possibly|even))?\s*[-+]?\d[\d./]*\s*\W{0,3}$")
 _NEGATED_BEFORE_RE = re.compile(r"(?i)(?:\bnot|n't|\bnever|\bno\s+longer)\s+(?:equal\s+to\s+|be\s+|exactly\s+)?\$?$")
-_MARKDOWN_BOLD_RE = re.compile(r"(?<![\w)\]])\*\*|\*\*(?![\w(\[])")  # "**73**" but not "10**23"
 _THOUSANDS_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)")
-_MATH_SEGMENT_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|(?<!\\)\\\[(.+?)(?<!\\)\\\]", re.S)
-_CONNECTOR_RE = re.compile(r"(?i)^\s*(?:,?\s*(?:or|and)\s*|,\s*)$")
 # Phrases that propose another answer next to the committed one ("the answer is 3, or maybe 4",
 # "Alternatively, it could be 4", "Wait, no, it's 4"): what follows them joins the candidates.
 _ALTERNATIVE_CUE_RE = re.compile(
@@ -139,8 +119,8 @@ def alternatives_after(text: str, start: int) -> list[str]:
     found = []
     for cue in _ALTERNATIVE_CUE_RE.finditer(text, start):
         line = text[cue.end(): cue.end() + MAX_STATEMENT].split("\n", 1)[0]
-        value = _clause(_clean_statement(line))
-        if value and _looks_like_answer(value):
+        value = _clause(clean_statement(line))
+        if value and looks_like_answer(value):
             found.append(value)
         if len(found) >= 8:
             break
@@ -211,213 +191,23 @@ def find_boxed(text: str) -> list[tuple[int, int, str]]:
                 out.append((m.start(), m.end() + token.end(), token.group(0)))
     return out
 
-
-def _math_chain(rest: str) -> str | None:
-    """``"$-\\frac38$, as required"`` -> ``"-\\frac38"``: the math segments of a statement, from the
-    first one while only connectors ("or", "and", ",") separate them; None without math segments."""
-    segments = list(_MATH_SEGMENT_RE.finditer(rest))
-    if not segments:
-        return None
-    prefix = _FILLER_RE.sub("", rest[: segments[0].start()].strip())
-    if len(prefix.split()) >= 3:  # "correct by plugging in $x=2$": prose that happens to hold math
-        return None
-    chain = [next(g for g in segments[0].groups() if g is not None)]
-    for prev, seg in zip(segments, segments[1:]):
-        gap = rest[prev.end(): seg.start()]
-        if not _CONNECTOR_RE.match(gap) and gap.strip():
-            break
-        chain.append(gap.strip() or ",")
-        chain.append(next(g for g in seg.groups() if g is not None))
-    return " ".join(chain)
-
-
-# "Therefore, " / "In conclusion, " in front of a concluding sentence.
-_CONCLUDING_RE = re.compile(r"(?i)^(?:(?:therefore|thus|hence|so|finally|consequently|overall|altogether|in\s+conclusion|"
-                            r"in\s+summary|in\s+total|in\s+all|we\s+conclude\s+that|this\s+means\s+that)\b[,:]?\s*)+")
-# "The largest $n$ is $34$" -> "$34$": a sentence whose subject names the quantity and whose verb gives it.
-_COPULA_RE = re.compile(
-    r"(?i)^(?:the|our|this|that|its|his|her|their)\s+(?P<subject>[^=<>\d]{1,80}?)\s+(?:is|are|equals|was|were|"
-    r"will\s+be|would\s+be|must\s+be|should\s+be|comes\s+to|=)\s+(?P<value>\S.*)$")
-# "$x \ge 5$ is the solution" -> "$x \ge 5$": the value first, then what it is.
-_SOLUTION_RE = re.compile(
-    r"(?i)^(?P<value>\S.{0,120}?)\s+(?:is|are|gives|describes)\s+(?:the|our)\s+(?:(?:only|final|complete|required|desired|"
-    r"correct|unique|general|full)\s+)*(?:solutions?(?:\s+set)?|set\s+of\s+solutions|answers?|results?|values?|"
-    r"roots?|range|domain)\b")
-
-
-def _conclusion_value(sentence: str) -> str:
-    """The value a concluding sentence states ("The largest n is 34" -> "34"; "x >= 5 is the
-    solution" -> "x >= 5"); the sentence itself when it is not of that form."""
-    s = _CONCLUDING_RE.sub("", sentence.strip())
-    m = _SOLUTION_RE.match(s)
-    if m and _formula_like(m.group("value")):
-        return m.group("value").strip()
-    m = _COPULA_RE.match(s)
-    if m and len(_MATH_SEGMENT_RE.sub(" x ", m.group("subject")).split()) <= 8:
-        return m.group("value").strip()
-    return s
-
-
-def _formula_like(s: str) -> bool:
-    """Math rather than prose: a digit or a math segment, and at most one word of three letters or more
-    outside LaTeX commands and math segments (``x >= 5``, ``$n \\le 7$``, ``sqrt(2)``)."""
-    if not re.search(r"[\d$\\]", s):
-        return False
-    bare = re.sub(r"\\[a-zA-Z]+", " ", _MATH_SEGMENT_RE.sub(" ", _ENV_NAME_RE.sub(" ", s)))
-    return len([w for w in re.findall(r"[A-Za-z]{3,}", bare) if w.lower() not in _MATH_WORDS]) <= 1
-
-
-_ENV_NAME_RE = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
-_MATH_WORDS = {"sqrt", "sin", "cos", "tan", "log", "exp", "pi", "inf", "infty", "and", "or"}
-
-
-def _clean_statement(rest: str) -> str:
-    """The answer part of a statement line: its first sentence (a period inside ``$...$`` does not
-    end it), then its value if it is a concluding sentence, then its math segments if it has any,
-    with fillers and markdown removed."""
-    rest = _MARKDOWN_BOLD_RE.sub(" ", rest).replace("__", " ").strip(" *_\t")
-    spans = [m.span() for m in _MATH_SEGMENT_RE.finditer(rest)]
-    for end in _SENTENCE_END_RE.finditer(rest):
-        if not any(a <= end.start() < b for a, b in spans):
-            rest = rest[: end.start()]
-            break
-    rest = _conclusion_value(rest)
-    chain = _math_chain(rest)
-    if chain is not None:
-        return chain.strip()
-    rest = _FILLER_RE.sub("", rest.strip())
-    return _sole_number(rest.strip(" *_\t:"))
-
-
-_QUALIFIERS = {"or", "and", "least", "most", "than", "less", "more", "not", "between", "either", "neither", "nor",
-               "each", "per", "every", "times", "plus", "minus", "over", "under", "up", "to", "from"}
-
-
-def _sole_number(s: str) -> str:
-    """``"there are 15 such numbers"`` -> ``"15"``: a sentence after an explicit marker that states a
-    single number and qualifies it with nothing ("at least", "or", "per") gives that number."""
-    words = re.findall(r"[A-Za-z]{2,}", s)
-    if len(words) <= 2 or "\\" in s or any(w.lower() in _QUALIFIERS for w in words):
-        return s
-    numbers = list(_NUMBER_RE.finditer(s))
-    if len(numbers) != 1 or re.search(r"[=<>^/*+]", s.replace(numbers[0].group(0), " ")):
-        return s
-    return numbers[0].group(0).strip()
-
-
-MAX_DISPLAY = 2000  # a display or environment that continues a statement over several lines, at most
-
-
-def _display_end(text: str, start: int, end: int) -> int:
-    """``end``, moved to the end of a later line while ``text[start:end]`` leaves a display (``$$``,
-    ``\\[``) or an environment (``\\begin{...}``) open; unchanged when it does not close soon."""
-    limit = min(len(text), end + MAX_DISPLAY)
-    pos = end
-    for _ in range(4):  # nested environments close one by one
-        chunk = text[start:pos]
-        if chunk.count("$$") % 2:
-            closer = "$$"
-        elif len(_OPEN_DISPLAY_RE.findall(chunk)) > len(_CLOSE_DISPLAY_RE.findall(chunk)):
-            closer = "\\]"
-        elif chunk.count("\\begin{") > chunk.count("\\end{"):
-            closer = "\\end{"
-        else:
-            return pos
-        found = text.find(closer, pos, limit)
-        if found < 0:
-            return end
-        line_end = text.find("\n", found + len(closer), limit)
-        pos = limit if line_end < 0 else line_end
-    return end
-
-
-_OPEN_DISPLAY_RE = re.compile(r"(?<!\\)\\\[")
-_CLOSE_DISPLAY_RE = re.compile(r"(?<!\\)\\\]")
-
-
-@dataclass(frozen=True)
-class _Item:
-    """One answer the response commits to: ``text`` found at ``text[pos:end]``."""
-
-    pos: int
-    end: int
-    text: str
-
-
-def _statement_item(text: str, start: int, line_end: int) -> _Item | None:
-    end = _display_end(text, start, line_end)
-    raw = text[start:end]
-    value = _clean_statement(raw.replace("\n", " ") if end > line_end else raw)
-    if not value or _NEGATION_RE.match(value) or _NEGATION_RE.match(raw.lstrip(" \t*_$:")) \
-            or not _looks_like_answer(value):
-        return None
-    where = raw.find(value[:40])
-    return _Item(start, start + where + len(value) if where >= 0 else start + 1, value)
-
-
-def _statements(text: str) -> list[_Item]:
-    found: list[_Item] = []
-    for regex in _STATEMENT_RES:
-        pos = 0
-        while True:  # overlapping search: "the answer is not 5, it is 6. Answer: 6" holds two statements
-            m = regex.search(text, pos)
-            if not m:
-                break
-            item = _statement_item(text, m.start("rest"), m.end("rest"))
-            if item:
-                found.append(item)
-            pos = m.start("rest")
-    for m in _HEADING_RE.finditer(text):
-        following = text[m.end():]
-        skipped = len(following) - len(following.lstrip("\n"))
-        start = m.end() + skipped
-        line_end = text.find("\n", start)
-        line_end = len(text) if line_end < 0 else min(line_end, start + MAX_STATEMENT)
-        item = _statement_item(text, start, line_end)
-        if item:
-            found.append(_Item(m.start(), item.end, item.text))
-    for m in _GSM8K_RE.finditer(text):
-        item = _statement_item(text, m.start("rest"), m.end("rest"))
-        if item:
-            found.append(_Item(m.start(), item.end, item.text))
-    unique = {item.pos: item for item in found}  # both regexes may find the same statement
-    return sorted(unique.values(), key=lambda item: item.pos)
-
-
-def _short_answer(s: str) -> bool:
-    """An answer-tag content that is an answer, not a paragraph (a paragraph goes to the fallback)."""
-    return len(s) <= MAX_STATEMENT and len([w for w in s.split() if w.isalpha() and len(w) > 1]) <= 6
-
-
-def _looks_like_answer(s: str) -> bool:
-    """Drop prose that follows "answer is" in passing ("the answer is what we need to find")."""
-    words = s.lower().split()
-    if len([w for w in words if w.isalpha() and len(w) > 1]) > 5:
-        return False  # a sentence, not an answer
-    if len(words[0]) >= 3 and words[0].strip(".,:;") in _PROSE_START:
-        return False
-    if re.search(r"[\d\\$^=(){}]|\b[A-J]\b", s):
-        return True
-    return len(words) <= 3 and words[0] not in _PROSE_START
-
-
 # ----------------------------------------------------------------------------- self-correction
-def _revision_values(region: str, start: int) -> list[_Item]:
+def _revision_values(region: str, start: int) -> list[Item]:
     """Answers named by a revision after ``start`` ("Wait, no, it's 4" -> 4)."""
     found = []
     for n, cue in enumerate(_REVISION_VALUE_RE.finditer(region, start)):
         if n >= 64:
             break
         line = region[cue.end(): cue.end() + MAX_STATEMENT].split("\n", 1)[0]
-        value = _clause(_clean_statement(line))
-        if value and _looks_like_answer(value) and not _NEGATION_RE.match(value):
-            found.append(_Item(cue.end(), cue.end() + len(value), value))
+        value = _clause(clean_statement(line))
+        if value and looks_like_answer(value) and not NEGATION_RE.match(value):
+            found.append(Item(cue.end(), cue.end() + len(value), value))
         if len(found) >= 8:
             break
     return found
 
 
-def _revision_cut(region: str, items: list[_Item]) -> int | None:
+def _revision_cut(region: str, items: list[Item]) -> int | None:
     """Where the answers that count begin: the last explicit revision with answers before and after it,
     unless a hedge sits between them (then every answer counts and the verifier sees the hedge)."""
     if len(items) < 2:
@@ -471,9 +261,9 @@ def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last
     last_open = region.rfind("\\boxed{")
     if last_open >= (boxes[-1][1] if boxes else 0) and last_open >= 0:
         return Extraction([], "truncated")  # the last box was never closed: the response was cut off
-    statements = _statements(region)
+    statements = find_statements(region)
     if boxes:
-        items = [_Item(start, end, content) for start, end, content in boxes]
+        items = [Item(start, end, content) for start, end, content in boxes]
         items += [s for s in statements if s.pos >= boxes[-1][1]]
         source = "boxed"
     elif statements:
@@ -502,6 +292,11 @@ def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last
     if fallback == "last_number":
         return _fallback(region)
     return Extraction([], None)
+
+
+def _short_answer(s: str) -> bool:
+    """An answer-tag content that is an answer, not a paragraph (a paragraph goes to the fallback)."""
+    return len(s) <= MAX_STATEMENT and len([w for w in s.split() if w.isalpha() and len(w) > 1]) <= 6
 
 
 # ----------------------------------------------------------------------------- the fallback
@@ -578,7 +373,7 @@ def _segment_answer(content: str) -> str | None:
             depth -= 1
         i += 2 if c == "\\" and content[i + 1: i + 2] in "{}()[]\\" else 1
     value = content[cut:].strip().rstrip(".,;:").strip()
-    if not value or not re.search(r"\d", value) or not _formula_like(value):
+    if not value or not re.search(r"\d", value) or not formula_like(value):
         return None
     return value
 
@@ -595,7 +390,7 @@ def _concluding_value(stripped: str, last: re.Match) -> str | None:
                 chain = [stripped[content_start:content_end]]
                 while k > 0 and len(chain) < 16:  # "$x = 3$ or $x = 4$": segments joined by connectors
                     gap = stripped[spans[k - 1][3]: spans[k][2]]
-                    if not _CONNECTOR_RE.match(gap):
+                    if not CONNECTOR_RE.match(gap):
                         break
                     k -= 1
                     chain[:0] = [stripped[spans[k][0]: spans[k][1]], gap.strip() or ","]
@@ -617,8 +412,8 @@ def _concluding_value(stripped: str, last: re.Match) -> str | None:
     sentence = _PLAIN_SOLUTION_RE.search(stripped[-300:])
     if sentence:
         value = sentence.group("value").strip()
-        value = _CONCLUDING_RE.sub("", value).strip()
-        if value and _PLAIN_VALUE_RE.match(value) and _formula_like(value) and last.group(0).strip() in value:
+        value = CONCLUDING_RE.sub("", value).strip()
+        if value and _PLAIN_VALUE_RE.match(value) and formula_like(value) and last.group(0).strip() in value:
             return value
     return None
 
@@ -627,7 +422,7 @@ def _fallback(region: str) -> Extraction:
     """Tier 5: the concluding value, else the last number (module docstring)."""
     stripped = region.strip()
     last = None
-    for last in _NUMBER_RE.finditer(stripped):
+    for last in NUMBER_RE.finditer(stripped):
         pass
     if last is None:
         return Extraction([], None)
