@@ -2,7 +2,8 @@
 
 Pipeline (one module per step)::
 
-    extract.py      the answers the response commits to (boxed, "the answer is", ####, <answer>, ...)
+    extract.py      the answers the response commits to (boxed, "the answer is", ####, <answer>, ...),
+                    with special_tokens.py, statements.py, self_correction.py, fallback.py
     normalize.py    strip dressing: $, \\text{}, \\dfrac, units, degrees, \\$, %, thousands separators
     answer.py       the answer's shape: number/formula, tuple, set, interval, matrix, equation, letter
     equivalence.py  exact / numeric / random-point comparison (no sympy)          ~0.1 ms
