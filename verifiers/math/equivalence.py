@@ -40,6 +40,7 @@ unreadable side, or a point where evaluation fails); the caller then asks sympy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -338,6 +339,20 @@ def _same_inequality(gold: Relation, pred: Relation) -> bool | None:
     (multiplying by -1 flips the sign), ``y > -x`` is ``x + y > 0``; ``y < -x`` is not."""
     if (gold.op in ("<=", ">=")) != (pred.op in ("<=", ">=")):
         return False  # strict and non-strict differ on the boundary
+    return _constant_ratio(gold, pred, _signed_side, positive=True)
+
+
+def _proportional_equations(gold: Relation, pred: Relation) -> bool | None:
+    """``l1 = r1`` and ``l2 = r2`` describe the same set when ``(l1-r1) / (l2-r2)`` is a constant."""
+    return _constant_ratio(gold, pred, _difference, positive=False)
+
+
+def _constant_ratio(gold: Relation, pred: Relation, side: Callable[[Relation, dict], complex], *,
+                    positive: bool) -> bool | None:
+    """Is ``side(gold) / side(pred)`` the same constant at every test point (a positive real one when
+    ``positive``)? Both relations must use the same variables; a point where one side is zero and the
+    other is not decides False, a point where both are zero or evaluation fails decides nothing, and
+    fewer than two decided points give None (ask sympy)."""
     names = sorted(gold.lhs.expr.variables | gold.rhs.expr.variables | pred.lhs.expr.variables
                    | pred.rhs.expr.variables)
     if (gold.lhs.expr.variables | gold.rhs.expr.variables) != (pred.lhs.expr.variables | pred.rhs.expr.variables):
@@ -347,8 +362,8 @@ def _same_inequality(gold: Relation, pred: Relation) -> bool | None:
     for point in _POINTS:
         env = {name: complex(point[i % len(point)] + 0.1 * (i // len(point))) for i, name in enumerate(names)}
         try:
-            g = _signed_side(gold, env)
-            p = _signed_side(pred, env)
+            g = side(gold, env)
+            p = side(pred, env)
         except EvalError:
             continue
         if abs(p) < 1e-12 or abs(g) < 1e-12:
@@ -356,7 +371,7 @@ def _same_inequality(gold: Relation, pred: Relation) -> bool | None:
                 continue
             return False
         r = g / p
-        if abs(r.imag) > 1e-9 * abs(r) or r.real <= 0:
+        if positive and (abs(r.imag) > 1e-9 * abs(r) or r.real <= 0):
             return False
         if ratio is None:
             ratio = r
@@ -366,42 +381,19 @@ def _same_inequality(gold: Relation, pred: Relation) -> bool | None:
     return True if decided >= 2 else None
 
 
+def _difference(rel: Relation, env) -> complex:
+    """``lhs - rhs`` at ``env``."""
+    return complex(evaluate(rel.lhs.expr.tree, env)) - complex(evaluate(rel.rhs.expr.tree, env))
+
+
 def _signed_side(rel: Relation, env) -> complex:
     """``lhs - rhs`` for ``<``/``<=``, ``rhs - lhs`` for ``>``/``>=``: the relation is ``value < 0``."""
-    diff = complex(evaluate(rel.lhs.expr.tree, env)) - complex(evaluate(rel.rhs.expr.tree, env))
+    diff = _difference(rel, env)
     return diff if rel.op in ("<", "<=") else -diff
 
 
 def _lone_variable(a: Answer) -> bool:
     return isinstance(a, Scalar) and a.expr.tree[0] == "var"
-
-
-def _proportional_equations(gold: Relation, pred: Relation) -> bool | None:
-    """``l1 = r1`` and ``l2 = r2`` describe the same set when ``(l1-r1) / (l2-r2)`` is a constant."""
-    names = sorted(gold.lhs.expr.variables | gold.rhs.expr.variables | pred.lhs.expr.variables
-                   | pred.rhs.expr.variables)
-    if (gold.lhs.expr.variables | gold.rhs.expr.variables) != (pred.lhs.expr.variables | pred.rhs.expr.variables):
-        return False
-    ratio = None
-    decided = 0
-    for point in _POINTS:
-        env = {name: complex(point[i % len(point)] + 0.1 * (i // len(point))) for i, name in enumerate(names)}
-        try:
-            g = complex(evaluate(gold.lhs.expr.tree, env)) - complex(evaluate(gold.rhs.expr.tree, env))
-            p = complex(evaluate(pred.lhs.expr.tree, env)) - complex(evaluate(pred.rhs.expr.tree, env))
-        except EvalError:
-            continue
-        if abs(p) < 1e-12 or abs(g) < 1e-12:
-            if abs(p) < 1e-12 and abs(g) < 1e-12:
-                continue
-            return False
-        r = g / p
-        if ratio is None:
-            ratio = r
-        elif abs(r - ratio) > 1e-8 * max(abs(r), abs(ratio)):
-            return False
-        decided += 1
-    return True if decided >= 2 else None
 
 
 def _choice(gold: Choice, pred: Answer, tol) -> bool:
