@@ -9,9 +9,9 @@ Runs *inside* the sandbox, standard library only, with no class that has Python 
   then each test runs in a fresh fork of that process, in a fresh copy of the namespace, after
   the standard modules are restored, with its own timeout. With ``guard_solution`` the tests
   are compiled first, before any program code runs, with their comparisons and calls routed
-  through the guard (``pyguard.instrument_test``: plain data only), and the solution's functions
+  through the guard (``testguard.instrument_test``: plain data only), and the solution's functions
   the tests call are wrapped: after every call the modules tests use are restored again and the
-  returned value is checked (``pyguard.make_guard``). This process (the parent) waits for
+  returned value is checked (``testguard.make_guard``). This process (the parent) waits for
   each test with a pidfd and kills what is left of it (``kill(-1)`` reaches every process of the
   slot's uid except the caller) before the next one starts.
 
@@ -37,7 +37,7 @@ import threading
 import time
 import types
 
-from . import pyguard  # relative: the same source runs as rlvr.sandbox.* here and as sandbox.* inside (see launch.py)
+from . import pyguard, testguard  # relative: the same source runs as rlvr.sandbox.* here and as sandbox.* inside (see launch.py)
 
 RESULT_FD = 3
 DETAIL_CHARS = 600  # keeps every record far below PIPE_BUF (4096 bytes)
@@ -66,8 +66,8 @@ _run_exitfuncs = atexit._run_exitfuncs
 _thread_shutdown = threading._shutdown
 _test_namespace = pyguard.test_namespace
 _gc_collect, _gc_freeze = gc.collect, gc.freeze
-_guard_functions = pyguard.guard_solution_functions
-_ReturnRejected = pyguard.ReturnRejected
+_guard_functions = testguard.guard_solution_functions
+_ReturnRejected = testguard.ReturnRejected
 _CodeType = types.CodeType
 
 
@@ -182,16 +182,16 @@ def run_tests(req: dict, emit, snap: dict, controls: dict) -> None:
     # Built before the solution runs: it must not use anything the solution could replace.
     # ``reached`` is filled in each test process with the standard modules its test can see.
     reached: list = []
-    guard = pyguard.make_guard(snap, reached) if req.get("guard_solution") else None
+    guard = testguard.make_guard(snap, reached) if req.get("guard_solution") else None
     # With the guard, the tests are compiled now, before any program code runs, with their
-    # comparisons and calls routed through it (pyguard.instrument_test); a test that does not
+    # comparisons and calls routed through it (testguard.instrument_test); a test that does not
     # compile keeps its exception, raised in its own process like any failure.
     compiled: list = []
     if guard is not None:
-        helpers = pyguard.test_helpers(guard)
+        helpers = testguard.test_helpers(guard)
         for i, source in enumerate(req["tests"]):
             try:
-                compiled.append(pyguard.instrument_test(source, "<test %d>" % i))
+                compiled.append(testguard.instrument_test(source, "<test %d>" % i))
             except BaseException as exc:
                 compiled.append(exc)
     else:

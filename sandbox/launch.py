@@ -10,7 +10,7 @@ the host's /tmp, /sys, or the site-packages directory (hidden by an empty tmpfs 
 access, see docs/sandbox.md). bwrap itself starts with an empty environment: its own
 /proc/N/environ is readable inside the sandbox and would leak the trainer's secrets otherwise.
 
-The inside modules (guard, pyguard, harness, zygote) are not bind-mounted (that would expose a
+The inside modules (guard, pyguard, testguard, harness, zygote) are not bind-mounted (that would expose a
 project path): their source travels in the ``-c`` argument, and a small bootstrap installs them
 as ``sandbox.*`` modules before calling ``sandbox.zygote.main``.
 """
@@ -26,7 +26,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-INSIDE_MODULES = ("guard", "pyguard", "harness", "zygote")  # dependency order
+INSIDE_MODULES = ("guard", "pyguard", "testguard", "harness", "zygote")  # dependency order
 
 _BOOTSTRAP = """\
 import json, sys, types

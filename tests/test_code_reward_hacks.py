@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.sandbox import Limits, SandboxPool, capabilities, pyguard
+from rlvr.sandbox import Limits, SandboxPool, capabilities, pyguard, testguard
 from rlvr.verifiers import get_verifier
 
 STRONG = capabilities()["isolation"] == "strong"
@@ -290,12 +290,12 @@ def test_a_test_that_does_not_compile_fails_alone(pool):
 
 @pytest.fixture(scope="module")
 def helpers():
-    return pyguard.test_helpers(pyguard.make_guard(pyguard.take_snapshot(), []))
+    return testguard.test_helpers(testguard.make_guard(pyguard.take_snapshot(), []))
 
 
 def _run(source: str, helpers: dict, **names) -> dict:
     ns = {"__builtins__": __builtins__, **names, **helpers}
-    exec(pyguard.instrument_test(source, "<test 0>"), ns)
+    exec(testguard.instrument_test(source, "<test 0>"), ns)
     return ns
 
 
@@ -312,8 +312,8 @@ def test_chained_comparisons_short_circuit_like_python(helpers):
 
 
 def test_identity_comparisons_are_left_alone_and_line_numbers_kept(helpers):
-    code = pyguard.instrument_test("x = None\n\nassert x is None\nassert x == 1", "<test 0>")
-    assert pyguard.COMPARE_NAME in code.co_names
+    code = testguard.instrument_test("x = None\n\nassert x is None\nassert x == 1", "<test 0>")
+    assert testguard.COMPARE_NAME in code.co_names
     with pytest.raises(AssertionError) as info:
         exec(code, {"__builtins__": __builtins__, **helpers})
     tb, line = info.value.__traceback__, None
@@ -321,8 +321,8 @@ def test_identity_comparisons_are_left_alone_and_line_numbers_kept(helpers):
         line = tb.tb_lineno if tb.tb_frame.f_code.co_filename == "<test 0>" else line
         tb = tb.tb_next
     assert line == 4
-    only_identity = pyguard.instrument_test("assert x is not None", "<test 0>")
-    assert pyguard.COMPARE_NAME not in only_identity.co_names
+    only_identity = testguard.instrument_test("assert x is not None", "<test 0>")
+    assert testguard.COMPARE_NAME not in only_identity.co_names
 
 
 def test_comparisons_compare_plain_copies(helpers):
@@ -334,7 +334,7 @@ def test_comparisons_compare_plain_copies(helpers):
 
     ns = _run("a = (v == 5)\nb = (5 == v)\nc = v in [5]\nd = [v] == [0]", helpers, v=I(0))
     assert (ns["a"], ns["b"], ns["c"], ns["d"]) == (False, False, False, True)  # compared as the int 0
-    with pytest.raises(pyguard.ReturnRejected, match="defines __eq__"):
+    with pytest.raises(testguard.ReturnRejected, match="defines __eq__"):
         _run("v == 5", helpers, v=type("E", (), {"__eq__": lambda s, o: True, "__hash__": object.__hash__})())
 
 
