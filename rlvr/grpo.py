@@ -329,7 +329,6 @@ def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mix
     raw, valid = samples.raw_scores, samples.valid
     lengths = samples.lengths.float()
     rewards = [r for g in groups for r in g.rewards]
-    n = max(1, len(rewards))
     metrics: dict[str, float] = {
         "reward/mean": float(raw[valid].mean()) if valid.any() else 0.0,
         "reward/std": float(raw[valid].std()) if valid.sum() > 1 else 0.0,

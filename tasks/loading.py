@@ -19,7 +19,6 @@ Nothing here touches the network unless ``path`` names a hub dataset that is not
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import os
 import re

@@ -22,8 +22,6 @@ single answer and are scored by checking validity (``boxnet``, ``graph_color``,
 from __future__ import annotations
 
 import hashlib
-import json
-import time
 from typing import Any
 
 from rlvr.tasks.base import Problem

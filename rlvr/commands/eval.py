@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.progress import make_progress
     from rlvr.runtime import quiet_transformers, resolve_device, seed_everything
     from rlvr.suites import PromptEncoder, load_suite
+    from rlvr.verifiers.errors import InvalidValueError
     from rlvr.verifiers.registry import check_verifier
     from rlvr.verifiers.runner import VerifierRunner
 
@@ -88,8 +89,6 @@ def run(args: argparse.Namespace) -> int:
     task_options = _key_values(args.task_option, "--task-option")
     for argument in ("path", "split"):
         if argument in task_options:
-            from rlvr.verifiers.errors import InvalidValueError
-
             raise InvalidValueError(f"--task-option {argument}=...: {argument} is not a suite option; use --{argument}")
     problems = load_suite(args.task, path=args.path, split=args.split, options=task_options, limit=args.limit)
     verifier_options = _key_values(args.option, "--option")
