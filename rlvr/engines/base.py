@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Iterable, Literal, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
 
 FinishReason = Literal["stop", "length"]
 
@@ -45,14 +48,26 @@ class Completion:
     finish_reason: FinishReason
 
 
+#: How an engine gets the policy's weights after an optimizer step (its ``weight_sync`` attribute):
+#: ``shared`` it generates with the trainer's own module, nothing is pushed; ``merged`` it takes the
+#: full weights, LoRA merged in; ``adapter`` it takes a LoRA policy's adapter tensors only (the full
+#: weights when the policy has no LoRA). See :func:`rlvr.models.iter_inference_weights`.
+WeightSync = Literal["shared", "merged", "adapter"]
+
+
 @runtime_checkable
 class Engine(Protocol):
     """Generates groups of completions and serves the policy's latest weights.
 
+    Besides the two methods, an engine has ``pad_id`` (the id collation pads with) and
+    ``weight_sync`` (:data:`WeightSync`). It may also have ``sleep()`` / ``wake_up()`` (free its
+    memory while the trainer updates, then take it back) and ``close()`` (release everything); the
+    trainer calls them when they exist.
+
     Example::
 
         from rlvr.engines import HFEngine, SamplingParams
-        from rlvr.models import build_tiny_model, load_policy, load_tokenizer
+        from rlvr.models import build_tiny_model, iter_inference_weights, load_policy, load_tokenizer
 
         folder = build_tiny_model("tiny_model")               # or any local model folder
         policy, tokenizer = load_policy(folder), load_tokenizer(folder)
@@ -60,13 +75,30 @@ class Engine(Protocol):
         groups = engine.generate([[1, 7, 14]], n=8, sampling=SamplingParams(max_new_tokens=5))
         assert len(groups) == 1 and len(groups[0]) == 8       # one prompt, a group of 8 completions
         # ... an optimizer step on policy ...
-        engine.load_weights(policy)  # a no-op for the HF engine, which shares the module
+        if engine.weight_sync != "shared":                    # the HF engine shares the module
+            engine.update_weights(iter_inference_weights(policy))
     """
+
+    pad_id: int
+    weight_sync: WeightSync
 
     def generate(self, prompts: Sequence[Sequence[int]], n: int, sampling: SamplingParams) -> list[list[Completion]]:
         """For each prompt (token ids), ``n`` completions: a list of groups in prompt order."""
         ...
 
-    def load_weights(self, model) -> None:
-        """Make the engine serve ``model``'s current weights."""
+    def update_weights(self, named_tensors: Iterable[tuple[str, "torch.Tensor"]]) -> None:
+        """Serve these weights from now on: ``(name, tensor)`` pairs in the format ``weight_sync``
+        asks for, consumed one at a time (the caller never builds a full copy)."""
         ...
+
+
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """The ids that end a completion: the model's generation config's, plus the tokenizer's."""
+    config = getattr(model, "generation_config", None)
+    eos = config.eos_token_id if config is not None else None
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
+        eos.append(tokenizer.eos_token_id)
+    if not eos:
+        raise ValueError("the model has no end-of-sequence token: set generation_config.eos_token_id")
+    return eos

@@ -1,7 +1,7 @@
 """The Hugging Face engine: ``transformers`` ``generate`` with a KV cache, sampling in-process.
 
-It shares the policy module with the trainer, so there are no weights to sync: ``load_weights`` is
-a no-op for the same module. Per-token log-probabilities are recorded while generating (the full
+It generates with the trainer's own policy module (``weight_sync = "shared"``), so there are no
+weights to push after an update. Per-token log-probabilities are recorded while generating (the full
 tempered distribution's log-softmax at the chosen token) without keeping every step's logits: at
 most one ``[sequences, vocab]`` step is held at a time.
 """
@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from rlvr.engines.base import Completion, SamplingParams
+from rlvr.engines.base import Completion, SamplingParams, eos_token_ids
 
 
 class _ChosenTokenLogprobs:
@@ -54,18 +54,21 @@ class HFEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
-        eos = model.generation_config.eos_token_id
-        eos = [eos] if isinstance(eos, int) else list(eos or [])
-        if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
-            eos.append(tokenizer.eos_token_id)
-        if not eos:
-            raise ValueError("the model has no end-of-sequence token: set generation_config.eos_token_id")
-        self.eos_ids = eos
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
 
-    def load_weights(self, model) -> None:
-        if model is not self.model:
-            self.model.load_state_dict(model.state_dict())
+    weight_sync = "shared"
+
+    @torch.no_grad()
+    def update_weights(self, named_tensors) -> None:
+        """Copy ``(name, tensor)`` pairs into the engine's module (needed only when it is not the
+        trainer's own module, which the trainer never pushes to); unknown names are an error."""
+        params = dict(self.model.named_parameters(remove_duplicate=False))
+        for name, tensor in named_tensors:
+            if name not in params:
+                raise KeyError(f"HF engine: no parameter named {name!r} in the engine's model")
+            if params[name].data_ptr() != tensor.data_ptr():
+                params[name].copy_(tensor)
 
     def generate(self, prompts: Sequence[Sequence[int]], n: int, sampling: SamplingParams) -> list[list[Completion]]:
         if n < 1:

