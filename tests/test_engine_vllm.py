@@ -158,6 +158,20 @@ def test_a_lora_sync_serves_the_adapter(vllm_model, lora_sync):
         engine.close()
 
 
+def test_starting_an_engine_leaves_the_trainer_s_generators_and_threads_alone(vllm_model):
+    policy, tokenizer = load_policy(vllm_model), load_tokenizer(vllm_model)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    set_num_threads = torch.set_num_threads
+    engine = build_engine("vllm", policy, tokenizer, max_batch_size=8)
+    try:
+        assert torch.equal(torch.rand(3), expected)  # vLLM seeds the global generators; they are restored
+        assert torch.set_num_threads is set_num_threads  # vLLM's CPU worker replaces it with a no-op
+    finally:
+        engine.close()
+
+
 def test_unknown_engine_options_are_named(full):
     policy, tokenizer, _ = full
     from rlvr.verifiers.errors import OptionError

@@ -102,6 +102,7 @@ class VLLMEngine:
         self._lora_request = None
         self._version = 0
         self._asleep = False
+        self.sleep_mode = sleep_mode
         self.llm = _start_llm(
             path=str(path), dtype=str(base.dtype).removeprefix("torch."), max_num_seqs=max_batch_size,
             gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
@@ -109,7 +110,6 @@ class VLLMEngine:
             sleep_mode=sleep_mode, enforce_eager=enforce_eager, kv_cache_gib=kv_cache_gib, seed=seed,
             lora_rank=model.peft_config[model.active_adapter].r if self.serves_adapter else None,
         )
-        self.sleep_mode = sleep_mode
 
     # ---- generation ---------------------------------------------------------------------------
 
@@ -242,13 +242,16 @@ def _start_llm(*, path: str, dtype: str, max_num_seqs: int, gpu_memory_utilizati
         if max_rank is None:
             raise ValueError(f"vLLM serves LoRA ranks up to {LORA_RANKS[-1]}, the policy's is {lora_rank}")
         options.update(enable_lora=True, max_lora_rank=max_rank, max_loras=1)
-    # In-process vLLM re-seeds Python's and torch's global generators with its own seed: keep the
-    # trainer's streams (data order, dropout, sampling seeds) where the run's seed put them.
-    saved = rng_state()
+    # In-process vLLM changes two process-wide things that belong to the trainer: it re-seeds Python's
+    # and torch's global generators (data order, dropout and sampling seeds must stay where the run's
+    # seed put them), and its CPU worker replaces torch.set_num_threads with a no-op (the trainer's
+    # thread policy, rlvr.runtime.set_threads, must keep working). Both are put back.
+    saved_rng, set_num_threads = rng_state(), torch.set_num_threads
     try:
         return LLM(**options)
     finally:
-        set_rng_state(saved)
+        set_rng_state(saved_rng)
+        torch.set_num_threads = set_num_threads
 
 
 
