@@ -1,6 +1,6 @@
 """Per-phase time split of a GRPO step on the tiny model (CPU by default).
 
-    python benchmarks/step_time.py [--steps 30] [--device cpu] [--shape quickstart|trl]
+    python benchmarks/step_time.py [--steps 30] [--device cpu] [--shape quickstart|trl] [--engine hf|vllm ...]
 
 Shapes:
     quickstart  32 prompts x 8 samples, 5 new tokens, the quickstart's 0.54M-parameter model
@@ -33,7 +33,8 @@ SHAPES = {
 }
 
 
-def run(shape: str, steps: int, device: str, beta: float, threads: int | None, warmup: int = 3) -> dict[str, float]:
+def run(shape: str, steps: int, device: str, beta: float, threads: int | None, warmup: int = 3,
+        engine: str = "hf") -> dict[str, float]:
     from rlvr import grpo
     from rlvr.config import RunConfig, build_config
     from rlvr.models import build_tiny_model, load_policy
@@ -46,7 +47,7 @@ def run(shape: str, steps: int, device: str, beta: float, threads: int | None, w
         config = build_config(RunConfig, {
             "out": str(Path(tmp) / "run"), "model": {"path": str(model)},
             "data": [{"task": "arithmetic", "options": {"style": "bare"}}],
-            "generation": {"max_new_tokens": spec["new_tokens"]},
+            "generation": {"max_new_tokens": spec["new_tokens"]}, "engine": {"name": engine},
             "algorithm": {"preset": "grpo", "beta": beta},
             "optim": {"lr": 1e-4},
             "train": {"steps": steps + warmup, "prompts_per_step": spec["prompts"], "group_size": spec["group"],
@@ -70,26 +71,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--shape", choices=sorted(SHAPES), action="append", help="shape(s) to time (default: all)")
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient (0 = no reference pass)")
+    parser.add_argument("--engine", action="append", help="engine(s) to time, in turn (default: hf)")
     parser.add_argument("--threads", type=int, action="append",
                         help="torch CPU threads; repeat to compare (e.g. --threads 1 --threads 2); default: torch's")
     args = parser.parse_args(argv)
     for shape in args.shape or list(SHAPES):
         step_ms = {}
-        for threads in args.threads or [None]:
-            m = run(shape, args.steps, args.device, args.beta, threads)
+        for engine, threads in [(e, t) for e in args.engine or ["hf"] for t in args.threads or [None]]:
+            m = run(shape, args.steps, args.device, args.beta, threads, engine=engine)
             spec = SHAPES[shape]
             print(f"\n{shape}: {spec['prompts']} prompts x {spec['group']} samples, {spec['new_tokens']} new tokens, "
-                  f"{m['params'] / 1e6:.2f}M parameters, beta {args.beta}, threads {threads or 'default'}, "
+                  f"{m['params'] / 1e6:.2f}M parameters, beta {args.beta}, engine {engine}, threads {threads or 'default'}, "
                   f"device {args.device}, median of {args.steps} steps")
             for phase in ("generate", "verify", "update"):
                 seconds = m[f"time/{phase}"]
                 print(f"  {phase:<9} {seconds * 1e3:8.1f} ms   {seconds / m['time/step']:6.1%} of the step")
             print(f"  {'step':<9} {m['time/step'] * 1e3:8.1f} ms   generation {m['perf/tokens_per_s']:,.0f} tokens/s")
-            step_ms[threads] = m["time/step"] * 1e3
+            step_ms[f"engine={engine} threads={threads}"] = m["time/step"] * 1e3
         if len(step_ms) > 1:
             base = next(iter(step_ms))
-            print("  step time relative to threads=" + str(base) + ": "
-                  + ", ".join(f"threads={t}: {v / step_ms[base]:.2f}x" for t, v in step_ms.items()))
+            print(f"  step time relative to {base}: " + ", ".join(f"{k}: {v / step_ms[base]:.2f}x" for k, v in step_ms.items()))
     return 0
 
 

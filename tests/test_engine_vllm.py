@@ -94,7 +94,28 @@ def test_large_groups_are_distinct_samples_even_for_a_repeated_prompt(full):
     groups = engine.generate([prompt, prompt], 64, SamplingParams(max_new_tokens=6, temperature=1.5))
     assert [len(g) for g in groups] == [64, 64]
     first, second = ([tuple(c.token_ids) for c in g] for g in groups)
-    assert len(set(first)) > 8 and first != second  # each prompt draws its own seeds
+    assert len(set(first)) > 8 and first != second  # independent samples, not seed-correlated groups
+
+
+def test_a_call_larger_than_one_scheduler_step_works(full):
+    """More prompt tokens than vLLM schedules in one step, so prefills are split into chunks (a seeded
+    request crashed vLLM's CPU sampler there)."""
+    policy, tokenizer, engine = full
+    prompts = _prompts(tokenizer, [f"{i}+{i}=" + " " * 60 for i in range(16)])
+    assert sum(len(p) for p in prompts) * 8 > engine.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+    groups = engine.generate(prompts, 8, SamplingParams(max_new_tokens=4))
+    assert [len(g) for g in groups] == [8] * 16
+
+
+def test_sampling_follows_the_run_s_seed(full):
+    policy, tokenizer, engine = full
+    prompts = _prompts(tokenizer, ["3+5=", "8+1="])
+    sampling = SamplingParams(max_new_tokens=6, temperature=1.5)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        runs.append([[c.token_ids for c in g] for g in engine.generate(prompts, 4, sampling)])
+    assert runs[0] == runs[1]
 
 
 def test_a_full_weight_sync_changes_the_engine_exactly_as_the_trainer_changed(full):

@@ -63,8 +63,8 @@ class VLLMEngine:
         enforce_eager: skip CUDA graphs / torch.compile (faster start, slower decode); default on
             for the CPU build (compiling adds ~20 s to a start there), off on a GPU.
         kv_cache_gib: KV-cache size on the CPU build (``VLLM_CPU_KVCACHE_SPACE``); ignored on GPU.
-        seed: vLLM's own seed; each call also seeds every prompt from torch's generator, so a
-            seeded run samples the same completions again.
+        seed: vLLM's own seed (its workers' generators when they run in their own processes); in
+            this process vLLM samples from torch's default generator, the run's seeded stream.
     """
 
     def __init__(
@@ -121,17 +121,15 @@ class VLLMEngine:
             raise ValueError(f"n must be >= 1, got {n}")
         if sampling.greedy and n > 1:  # every greedy sample is the same: decode once, copy
             return [[replace(group[0]) for _ in range(n)] for group in self.generate(prompts, 1, sampling)]
-        # Children of one request get seeds seed, seed+1, ...: space the prompts' seeds n apart from a
-        # random base so no two sequences of a call share a seed (equal seeds give correlated samples).
-        base_seed = int(torch.randint(0, 2**31 - 1 - len(prompts) * n, ()).item())
-        params = [
-            VSamplingParams(
-                n=n, temperature=0.0 if sampling.greedy else sampling.temperature, top_p=sampling.top_p,
-                top_k=sampling.top_k, max_tokens=sampling.max_new_tokens, logprobs=0,
-                stop_token_ids=self.eos_ids, detokenize=False, seed=base_seed + i * n,
-            )
-            for i in range(len(prompts))
-        ]
+        # No per-request seeds: vLLM seeds a request's samples seed, seed + 1, ... (equal seeds across
+        # prompts give correlated groups), and on the CPU a seeded request whose prefill is split into
+        # chunks crashes the sampler ("CPU Generator does not use offset"). Unseeded, vLLM draws from
+        # torch's default generator, which in-process is the run's own, seeded stream.
+        params = VSamplingParams(
+            n=n, temperature=0.0 if sampling.greedy else sampling.temperature, top_p=sampling.top_p,
+            top_k=sampling.top_k, max_tokens=sampling.max_new_tokens, logprobs=0,
+            stop_token_ids=self.eos_ids, detokenize=False,
+        )
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
                                     use_tqdm=False, lora_request=self._lora_request)
         groups = []
