@@ -2,6 +2,7 @@
 adapter), the canary, and short training runs. Skipped where vllm is not installed."""
 
 import json
+import sys
 
 import pytest
 import torch
@@ -191,6 +192,48 @@ def test_starting_an_engine_leaves_the_trainer_s_generators_and_threads_alone(vl
         assert torch.set_num_threads is set_num_threads  # vLLM's CPU worker replaces it with a no-op
     finally:
         engine.close()
+
+
+MULTIPROCESS_SCRIPT = """
+import sys, torch
+from rlvr.engines import build_engine
+from rlvr.models import load_policy, load_tokenizer
+from rlvr.weight_sync import EngineSync
+
+if __name__ == "__main__":  # vLLM starts its engine-core process with spawn
+    policy, tokenizer = load_policy(sys.argv[1]), load_tokenizer(sys.argv[1])
+    engine = build_engine("vllm", policy, tokenizer, max_batch_size=8)
+    assert engine.llm.llm_engine.engine_core.__class__.__name__ != "InprocClient", "not multiprocess"
+    sync = EngineSync(engine, policy, tokenizer, max_len=256)
+    sync.push()
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.3 * p.std() * torch.randn_like(p))
+    print("canary after the push through shared memory:", sync.push()["sync/canary_max_abs_diff"])
+    engine.close()
+"""
+
+
+def test_weights_reach_workers_in_other_processes_through_shared_memory(vllm_model, tmp_path):
+    """With vLLM's workers in their own processes (tensor parallelism; forced here on one CPU worker)
+    the weights travel as one safetensors file in /dev/shm, lm_head included."""
+    import os
+    import subprocess
+
+    script = tmp_path / "multiprocess_sync.py"
+    script.write_text(MULTIPROCESS_SCRIPT)
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="1")
+    result = subprocess.run([sys.executable, str(script), str(vllm_model)], capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    diff = float(result.stdout.split("canary after the push through shared memory:")[1].split()[0])
+    assert diff < 1e-4
+
+
+def test_sleep_mode_needs_a_gpu(full):
+    policy, tokenizer, _ = full
+    with pytest.raises(ValueError, match="sleep_mode needs a CUDA GPU"):
+        build_engine("vllm", policy, tokenizer, sleep_mode=True)
 
 
 def test_unknown_engine_options_are_named(full):
