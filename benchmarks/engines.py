@@ -1,7 +1,7 @@
 """Generation speed of the vLLM engine against the HF engine, and the cost of a weight sync.
 
     python benchmarks/engines.py [--model tiny|PATH] [--prompts 16] [--samples 8] [--new-tokens 256]
-                                 [--rounds 3] [--dtype float32] [--no-lora]
+                                 [--rounds 3] [--dtype float32] [--part both|generation|lora]
 
 Both engines serve the same policy and get the same prompts (arithmetic problems in the model's
 chat template) and sampling settings; their calls alternate, round after round, and the medians are
@@ -121,7 +121,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3, help="alternating timed calls per engine")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--no-lora", action="store_true", help="skip the LoRA sync comparison")
+    parser.add_argument("--part", choices=["both", "generation", "lora"], default="both",
+                        help="the engine comparison, the LoRA sync comparison, or both")
     args = parser.parse_args()
     from rlvr.models import build_tiny_model
     from rlvr.runtime import quiet_transformers
@@ -129,8 +130,9 @@ def main() -> None:
     quiet_transformers()
     with tempfile.TemporaryDirectory() as tmp:
         model = build_tiny_model(Path(tmp) / "tiny") if args.model == "tiny" else Path(args.model)
-        compare_generation(model, args)
-        if not args.no_lora:
+        if args.part in ("both", "generation"):
+            compare_generation(model, args)
+        if args.part in ("both", "lora"):
             compare_lora_sync(model, args)
 
 

@@ -179,7 +179,7 @@ class VLLMEngine:
         root = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
         folder = Path(tempfile.mkdtemp(prefix="rlvr-weights-", dir=root))
         try:
-            save_file({name: t.contiguous().cpu() for name, t in named_tensors}, str(folder / "model.safetensors"))
+            save_file(_unshared(named_tensors), str(folder / "model.safetensors"))
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -266,3 +266,16 @@ def _chosen_logprobs(step_logprobs, token_ids: list[int]) -> list[float]:
     if step_logprobs is None or len(step_logprobs) != len(token_ids):
         raise RuntimeError("vLLM returned no log-probabilities for a completion (was logprobs=0 dropped?)")
     return [step[token].logprob for step, token in zip(step_logprobs, token_ids)]
+
+
+def _unshared(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """``{name: CPU tensor}`` for safetensors, which refuses tensors that share memory: a tied
+    ``lm_head.weight`` (the embedding's own storage) is copied."""
+    out, seen = {}, set()
+    for name, tensor in named_tensors:
+        tensor = tensor.contiguous().cpu()
+        if tensor.data_ptr() in seen:
+            tensor = tensor.clone()
+        seen.add(tensor.data_ptr())
+        out[name] = tensor
+    return out
