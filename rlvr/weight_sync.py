@@ -14,7 +14,7 @@ trainer's own for the same tokens. Two failures stop the run with :class:`StaleE
   the trainer, up to its numerical noise).
 
 An engine that generates with the trainer's own module (``weight_sync == "shared"``, the HF engine)
-gets no push, and its canary costs two short forward passes.
+cannot be stale: it gets no push and no canary (``check()`` still works on it, e.g. in tests).
 """
 
 from __future__ import annotations
@@ -72,12 +72,13 @@ class EngineSync:
         self._last: tuple[list[int], torch.Tensor, torch.Tensor] | None = None
 
     def push(self) -> dict[str, float]:
-        """Send the current weights (unless the engine shares them), then check; returns
-        ``sync/seconds`` and, with the canary on, ``sync/canary_max_abs_diff``."""
+        """Send the current weights, then check; returns ``sync/seconds`` and, with the canary on,
+        ``sync/canary_max_abs_diff``. An engine that shares the trainer's module gets neither."""
+        if self.engine.weight_sync == "shared":
+            return {}
         start = time.perf_counter()
-        if self.engine.weight_sync != "shared":
-            lora = "adapter" if self.engine.weight_sync == "adapter" else "merge"
-            self.engine.update_weights(iter_inference_weights(self.policy, lora=lora))
+        lora = "adapter" if self.engine.weight_sync == "adapter" else "merge"
+        self.engine.update_weights(iter_inference_weights(self.policy, lora=lora))
         metrics = {"sync/seconds": time.perf_counter() - start}
         if self.canary:
             metrics["sync/canary_max_abs_diff"] = self.check()

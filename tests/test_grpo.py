@@ -48,7 +48,7 @@ def test_short_run_writes_the_whole_run_folder(taught_model, tmp_path):
         assert key in step, key
     assert step["mismatch/logprob_abs_diff_mean"] < 1e-4  # the engine samples with exactly the trained weights
     assert step["mismatch/logprob_abs_diff_max"] < 1e-4
-    assert step["sync/canary_max_abs_diff"] < 1e-4 and step["sync/seconds"] >= 0  # the canary ran after the step
+    assert "sync/seconds" not in step  # the HF engine shares the module: no push, no canary
     assert step["train/ratio_mean"] == pytest.approx(1.0)  # one pass: pi_old is pi_theta
     assert "train/kl_ref" not in step  # beta = 0: no reference pass at all
     assert (tmp_path / "checkpoints" / "step_000003" / "trainer_state.pt").is_file()
