@@ -115,6 +115,7 @@ def test_the_vllm_engine_without_vllm_gives_the_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # as if not installed
     monkeypatch.delitem(sys.modules, "rlvr.engines.vllm", raising=False)
     registry = engines.ENGINES.copy()
+    registry._loaded.pop("vllm", None)  # an earlier test in this process may have imported the real one
     with pytest.raises(PluginLoadError, match=r"engine 'vllm' needs a package that is not installed.*pip install 'rlvr\[vllm\]'"):
         registry.get("vllm")
 
