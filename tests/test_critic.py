@@ -8,7 +8,7 @@ import torch
 from rlvr.algorithms.critic import (
     AdaptiveKLController,
     FixedKLController,
-    clipped_value_loss,
+    clipped_value_loss_per_token,
     explained_variance,
     gae,
     masked_whiten,
@@ -131,7 +131,7 @@ def test_clipped_value_loss_picks_the_larger_branch():
     old = torch.tensor([[0.4, 0.5, 0.5, 0.0]], requires_grad=True)
     ret = torch.tensor([[1.0, 0.0, 1.0, 9.0]], requires_grad=True)
     m = torch.tensor([[1, 1, 1, 0]])
-    loss, clipped = clipped_value_loss(values, old, ret, m, clip=0.2)
+    loss, clipped = clipped_value_loss_per_token(values, old, ret, m, clip=0.2)
     # t0: V 0.5 inside [0.2, 0.6]: both branches (0.5-1)^2 = 0.25          -> 0.5*0.25 = 0.125, unclipped
     # t1: V_clip 0.7: unclipped (1-0)^2 = 1.0 > clipped 0.7^2 = 0.49         -> 0.5*1.0  = 0.5,   unclipped
     # t2: V_clip 0.7: unclipped (0.9-1)^2 = 0.01 < clipped (0.7-1)^2 = 0.09  -> 0.5*0.09 = 0.045, clipped

@@ -9,7 +9,8 @@ The critic-free estimators are registered in ``ADVANTAGE_ESTIMATORS`` (config fi
 ``algorithm.advantage``); a plugin adds one with ``@ADVANTAGE_ESTIMATORS.register("name")`` or an
 ``rlvr.advantage_estimators`` entry point, as a function ``(rewards [P, G], valid [P, G]) -> [P, G]``.
 
-``gae`` is the actor-critic estimator over per-token rewards and values ``[B, T]``.
+``gae``, the actor-critic estimator over per-token rewards and values ``[B, T]``, lives with the
+rest of the critic's arithmetic in :mod:`rlvr.algorithms.critic` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Callable
 
 import torch
 
+from rlvr.algorithms.critic import gae  # noqa: F401  (re-exported: an advantage estimator)
 from rlvr.verifiers.plugins import Registry
 
 GroupEstimator = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
@@ -91,33 +93,3 @@ def reinforce_pp_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = 
 
 
 
-def gae(
-    rewards: torch.Tensor,  # [B, T] per-token rewards (e.g. the score on the last token, minus a KL penalty)
-    values: torch.Tensor,  # [B, T] critic values V(s_t) from the rollout policy
-    mask: torch.Tensor,  # [B, T] 1 on response tokens
-    gamma: float = 1.0,
-    lam: float = 0.95,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation. Returns ``(advantages [B, T], returns [B, T])``.
-
-        delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)        (V after the last token is 0)
-        A_t     = sum_l (gamma * lam)^l * delta_{t+l}
-        R_t     = A_t + V(s_t)                              (the critic's regression target)
-
-    lam = 0 gives the one-step TD error; lam = 1 gives the Monte Carlo return minus the value.
-    Padded positions are zero and do not leak into earlier ones.
-    """
-    mask = mask.to(rewards.dtype)
-    rewards, values = rewards * mask, values * mask
-    B, T = rewards.shape
-    advantages = torch.zeros_like(rewards)
-    next_value = torch.zeros(B, dtype=rewards.dtype, device=rewards.device)
-    next_adv = torch.zeros_like(next_value)
-    for t in reversed(range(T)):  # a loop over time, vectorised over the batch
-        delta = rewards[:, t] + gamma * next_value - values[:, t]
-        adv_t = delta + gamma * lam * next_adv
-        # On padding keep carrying nothing: the next real step sees V=0 and A=0 beyond the end.
-        adv_t = adv_t * mask[:, t]
-        advantages[:, t] = adv_t
-        next_value, next_adv = values[:, t], adv_t
-    return advantages, advantages + values

@@ -9,7 +9,7 @@ One PPO step reads, in order (formulas as in ../shared/seeds/):
     rewards = token_rewards(scores, mask, kl=logp - ref_logp, beta=ctl.value)  # [B, T]
     adv, ret = gae(rewards, old_values, mask, gamma=1.0, lam=0.95)            # [B, T] each
     adv = masked_whiten(adv, mask)
-    loss_t, clipped = clipped_value_loss(values, old_values, ret, mask)        # reduce with losses.aggregate
+    loss_t, clipped = clipped_value_loss_per_token(values, old_values, ret, mask)  # reduce: losses.aggregate
     ctl.update(mean_kl, n_steps=B)
 """
 
@@ -134,7 +134,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, *, shift_mean: bool = Tru
 # ---------------------------------------------------------------------------------------------
 
 
-def clipped_value_loss(
+def clipped_value_loss_per_token(
     values: torch.Tensor,  # [B, T] current critic predictions (with gradient)
     old_values: torch.Tensor,  # [B, T] predictions at rollout time
     returns: torch.Tensor,  # [B, T] regression targets (GAE returns)

@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 
+from rlvr.algorithms.critic import clipped_value_loss_per_token
 from rlvr.verifiers.plugins import Registry
 
 Aggregation = Callable[..., torch.Tensor]
@@ -263,7 +264,8 @@ def clipped_value_loss(
     """PPO value loss:  1/2 * max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2), aggregated.
 
     Clipping keeps the critic from jumping further than ``clip`` from its rollout-time prediction.
+    The per-token form (and which tokens took the clipped branch) is
+    :func:`rlvr.algorithms.critic.clipped_value_loss_per_token`.
     """
-    v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
-    per_token = 0.5 * torch.maximum((values - returns) ** 2, (v_clipped - returns) ** 2)
+    per_token, _ = clipped_value_loss_per_token(values, old_values, returns, mask, clip=clip)
     return aggregate(per_token, mask, agg)
