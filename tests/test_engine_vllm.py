@@ -266,3 +266,16 @@ def test_a_short_training_run_with_the_vllm_engine(vllm_model, tmp_path, lora):
     for r in steps:
         assert r["sync/canary_max_abs_diff"] < 1e-4  # the engine served every step's new weights
         assert r["mismatch/logprob_abs_diff_max"] < 1e-3
+
+
+def test_rlvr_eval_with_the_vllm_engine_agrees_with_hf_on_greedy_decoding(vllm_model, tmp_path):
+    from rlvr.cli import main
+
+    summaries = {}
+    for engine in ("hf", "vllm"):
+        out = tmp_path / engine
+        assert main(["eval", "--model", str(vllm_model), "--task", "arithmetic", "--task-option", "style=bare",
+                     "--task-option", "max_digits=1", "--limit", "20", "--greedy", "--max-new-tokens", "4",
+                     "--engine", engine, "--out", str(out)]) == 0
+        summaries[engine] = json.loads((out / "summary.json").read_text())
+    assert summaries["vllm"]["accuracy"] == summaries["hf"]["accuracy"]  # same model, same argmax tokens

@@ -242,6 +242,12 @@ def test_eval_with_an_unknown_task_or_a_suite_argument_as_option(capsys, tiny_mo
     assert code == 2
 
 
+def test_eval_with_an_unknown_engine_names_the_valid_ones(capsys, tiny_model):
+    code, _, err = run_cli(capsys, "eval", "--model", str(tiny_model), "--task", "arithmetic", "--engine", "sglang")
+    assert_one_line(err, "unknown engine 'sglang'; valid engines: ", "hf", "vllm")
+    assert code == 2
+
+
 def test_eval_greedy_with_several_samples_warns(capsys, tiny_model):
     code, _, err = run_cli(capsys, "eval", "--model", str(tiny_model), "--task", "arithmetic", "--task-option",
                            "style=bare", "--limit", "2", "--samples", "2", "--greedy", "--max-new-tokens", "2",

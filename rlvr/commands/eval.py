@@ -52,6 +52,8 @@ def add_parser(subparsers) -> None:
                    "at most 4; 0 = in this process, without a deadline)")
     p.add_argument("--timeout", type=float, default=10.0, help="hard deadline per verified item, in seconds")
     p.add_argument("--batch-prompts", type=int, default=64, help="prompts generated together")
+    p.add_argument("--engine", default="hf", help="generation engine: hf, vllm (needs vLLM installed, docs/engines.md) "
+                   "or a plugin's")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="model weights dtype")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"rlvr eval: warning: --greedy makes all {args.samples} samples of a problem identical, so pass@k for k > 1 "
               "equals pass@1; sample with a temperature instead (drop --greedy) or use --samples 1", file=sys.stderr)
 
-    from rlvr.engines import HFEngine, SamplingParams
+    from rlvr.engines import ENGINES, SamplingParams, build_engine
     from rlvr.evaluate import evaluate
     from rlvr.models import check_model_folder, load_policy, load_tokenizer
     from rlvr.progress import make_progress
@@ -94,10 +96,11 @@ def run(args: argparse.Namespace) -> int:
     verifier_options = _key_values(args.option, "--option")
     for name in {args.verifier} if args.verifier else {p.verifier for p in problems}:
         check_verifier(name, verifier_options if args.verifier else {})
+    ENGINES.check(args.engine)  # an unknown engine fails before any model is loaded
     device = resolve_device(args.device, "--device")
     tokenizer = load_tokenizer(args.model)
     model = load_policy(args.model, dtype=args.dtype, device=str(device)).eval()
-    engine = HFEngine(model, tokenizer)
+    engine = build_engine(args.engine, model, tokenizer)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                               greedy=args.greedy)
     started = time.perf_counter()
@@ -109,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
                               batch_prompts=args.batch_prompts, keep_records=args.out is not None, progress=bar.update)
         finally:
             bar.close()
+            getattr(engine, "close", lambda: None)()
     summary = {"model": str(args.model), "task": args.task, "split": args.split, **result.summary(),
                "wall_s": time.perf_counter() - started}
     print(f"{args.task} ({args.split}): {result.problems} problems x {args.samples} samples")
