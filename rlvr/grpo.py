@@ -25,7 +25,6 @@ from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss, trunca
 from rlvr.checkpoint import load_trainer_state, resume_checkpoint, save_checkpoint
 from rlvr.config import RunConfig, save_config
 from rlvr.engines import SamplingParams, build_engine
-from rlvr.weight_sync import EngineSync
 from rlvr.evaluate import evaluate
 from rlvr.logprobs import completion_logprobs
 from rlvr.models import Reference, context_length, load_policy, load_tokenizer, save_final_model
@@ -37,6 +36,7 @@ from rlvr.suites import PromptEncoder, drop_overlong_prompts, load_eval_suites, 
 from rlvr.tracking import Alarms, Tracker, VerifierErrors, plot_metrics
 from rlvr.verifiers.registry import get_verifier
 from rlvr.verifiers.runner import VerifierRunner
+from rlvr.weight_sync import EngineSync
 
 
 def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:

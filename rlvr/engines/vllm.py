@@ -95,10 +95,10 @@ class VLLMEngine:
         self.tokenizer = tokenizer
         self.eos_ids = eos_token_ids(base, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
-        self.serves_adapter = is_lora(model) and lora_sync == "adapter"
-        self.weight_sync = "adapter" if self.serves_adapter else "merged"
-        self._adapter_root = Path(tempfile.mkdtemp(prefix="rlvr-lora-")) if self.serves_adapter else None
-        self._adapter_config = model.peft_config[model.active_adapter].to_dict() if self.serves_adapter else None
+        serves_adapter = is_lora(model) and lora_sync == "adapter"
+        self.weight_sync = "adapter" if serves_adapter else "merged"
+        self._adapter_root = Path(tempfile.mkdtemp(prefix="rlvr-lora-")) if serves_adapter else None
+        self._adapter_config = model.peft_config[model.active_adapter].to_dict() if serves_adapter else None
         self._lora_request = None
         self._version = 0
         self._asleep = False
@@ -108,7 +108,7 @@ class VLLMEngine:
             gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
             enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len or context_length(path),
             sleep_mode=sleep_mode, enforce_eager=enforce_eager, kv_cache_gib=kv_cache_gib, seed=seed,
-            lora_rank=model.peft_config[model.active_adapter].r if self.serves_adapter else None,
+            lora_rank=model.peft_config[model.active_adapter].r if serves_adapter else None,
         )
 
     # ---- generation ---------------------------------------------------------------------------
@@ -148,7 +148,7 @@ class VLLMEngine:
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Serve these weights from the next ``generate`` on (full weights, or the adapter's)."""
         self._version += 1
-        if self.serves_adapter:
+        if self.weight_sync == "adapter":
             self._load_adapter(named_tensors)
         else:
             worker = _in_process_worker(self.llm)
@@ -164,7 +164,7 @@ class VLLMEngine:
 
         folder = self._adapter_root / f"v{self._version}"
         folder.mkdir()
-        save_file({name: t.contiguous().cpu() for name, t in named_tensors}, str(folder / "adapter_model.safetensors"))
+        save_file(_unshared(named_tensors), str(folder / "adapter_model.safetensors"))
         (folder / "adapter_config.json").write_text(json.dumps(self._adapter_config, default=list))
         previous = self._lora_request
         self._lora_request = LoRARequest(f"policy-v{self._version}", self._version, str(folder))
