@@ -1,8 +1,9 @@
 """Atomic checkpoints a run can resume from.
 
-A checkpoint is a folder ``checkpoints/step_NNNNNN/`` holding ``model/`` (a loadable Hugging Face
-folder: full weights as safetensors, or peft adapters) and ``trainer_state.pt`` (optimizer,
-scheduler, RNG states, data position, step). It is written under a temporary name and renamed
+A checkpoint is a folder ``checkpoints/step_NNNNNN/`` holding one folder per model (``model/`` for
+the policy: a loadable Hugging Face folder, full weights as safetensors or peft adapters; ``critic/``
+for PPO's critic, ...) and ``trainer_state.pt`` (the state of every optimizer, scheduler, data
+sampler, ... by name, RNG states, step). It is written under a temporary name and renamed
 into place, so a crash leaves either the previous checkpoint or the new one, never half of one.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 
 from rlvr.run_folder import RunFolderError
-from rlvr.runtime import rng_state
+from rlvr.runtime import rng_state, set_rng_state
 from rlvr.verifiers.files import DiskFullError, is_disk_full
 
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
@@ -30,14 +31,20 @@ def save_checkpoint(
     run_dir: str | Path,
     step: int,
     *,
-    model,
+    models: dict[str, Any],
     tokenizer,
-    optimizer: torch.optim.Optimizer,
-    scheduler,
+    states: dict[str, Any],
     extra: dict[str, Any],
     keep: int = 1,
 ) -> Path:
-    """Write checkpoint ``step`` atomically and prune all but the newest ``keep``."""
+    """Write checkpoint ``step`` atomically and prune all but the newest ``keep``.
+
+    ``models`` maps a name to an object with ``save_pretrained(folder)`` or ``save(folder)``; the
+    policy is named ``policy`` and saved under ``model/`` (with the tokenizer), any other under its
+    own name. ``states`` maps a name to an object with ``state_dict()`` (optimizers, schedulers, the
+    problem sampler, ...): :func:`restore_states` loads them back by the same names. ``extra`` holds
+    plain values (wall time, evaluations).
+    """
     root = checkpoint_root(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -45,14 +52,15 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     state = {
         "step": step,
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
         "rng": rng_state(),
+        **{name: obj.state_dict() for name, obj in states.items()},
         **extra,
     }
     try:
-        model.save_pretrained(tmp / "model")
-        tokenizer.save_pretrained(tmp / "model")
+        for name, model in models.items():
+            folder = tmp / model_folder(name)
+            (model.save_pretrained if hasattr(model, "save_pretrained") else model.save)(folder)
+        tokenizer.save_pretrained(tmp / model_folder("policy"))
         torch.save(state, tmp / "trainer_state.pt")
     except (OSError, RuntimeError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)  # frees the space the partial copy took
@@ -68,6 +76,11 @@ def save_checkpoint(
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def model_folder(name: str) -> str:
+    """The folder of model ``name`` inside a checkpoint: ``model`` for the policy, else the name."""
+    return "model" if name == "policy" else name
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -95,3 +108,17 @@ def resume_checkpoint(run_dir: str | Path) -> Path:
 
 def load_trainer_state(checkpoint: str | Path) -> dict[str, Any]:
     return torch.load(Path(checkpoint) / "trainer_state.pt", map_location="cpu", weights_only=True)
+
+
+def restore_states(checkpoint: str | Path, states: dict[str, Any]) -> dict[str, Any]:
+    """Load a checkpoint's saved states into ``states`` (by the names they were saved under) and the
+    RNG streams; returns the whole trainer state (``step``, and the ``extra`` values)."""
+    state = load_trainer_state(checkpoint)
+    missing = [name for name in states if name not in state]
+    if missing:
+        raise RunFolderError(f"checkpoint {checkpoint} holds no state for {', '.join(missing)} (it was written by "
+                             "a different recipe); start the run again with --overwrite")
+    for name, obj in states.items():
+        obj.load_state_dict(state[name])
+    set_rng_state(state["rng"])
+    return state

@@ -148,3 +148,26 @@ def evaluate(
         generated_tokens=tokens,
         records=records,
     )
+
+
+def evaluate_suites(engine: Engine, encode, suites: dict[str, Sequence[Problem]], runner: VerifierRunner, *,
+                    eval_config, generation, verifier) -> dict[str, float]:
+    """A training run's evaluation: ``eval/<suite>/accuracy`` and ``/mean_score`` per held-out suite,
+    and ``eval/accuracy`` (their mean). Reads an ``EvalConfig``, a ``GenerationConfig`` (sampling, and
+    the token budget unless ``eval.max_new_tokens`` sets one) and a ``VerifierConfig``."""
+    sampling = SamplingParams(
+        max_new_tokens=eval_config.max_new_tokens or generation.max_new_tokens,
+        temperature=generation.temperature, top_p=generation.top_p, top_k=generation.top_k,
+        greedy=eval_config.greedy,
+    )
+    metrics: dict[str, float] = {}
+    accuracies = []
+    for name, problems in suites.items():
+        result = evaluate(engine, encode, problems, runner, sampling=sampling, samples=eval_config.samples,
+                          ks=(1,), verifier=verifier.name, verifier_options=verifier.options,
+                          success_threshold=verifier.success_threshold)
+        metrics[f"eval/{name}/accuracy"] = result.accuracy
+        metrics[f"eval/{name}/mean_score"] = result.mean_score
+        accuracies.append(result.accuracy)
+    metrics["eval/accuracy"] = sum(accuracies) / len(accuracies)
+    return metrics

@@ -107,6 +107,21 @@ def load_policy(
     return model
 
 
+def load_run_policy(model_config, device, checkpoint: Path | None):
+    """The policy of an RL run (``model_config`` is a ``ModelConfig``): from ``model.path``, or from a
+    checkpoint's ``model/`` when resuming (for LoRA: the base from ``model.path``, the adapters from
+    the checkpoint)."""
+    lora = model_config.lora.model_dump() if model_config.lora is not None else None
+    if checkpoint is None:
+        path, adapter = model_config.path, None
+    elif lora is None:
+        path, adapter = Path(checkpoint) / "model", None
+    else:
+        path, adapter = model_config.path, Path(checkpoint) / "model"
+    return load_policy(path, dtype=model_config.dtype, device=str(device), lora=lora,
+                       gradient_checkpointing=model_config.gradient_checkpointing, adapter_path=adapter)
+
+
 def is_lora(model) -> bool:
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
 

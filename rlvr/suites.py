@@ -106,3 +106,12 @@ def drop_overlong_prompts(suites: dict[str, list[Problem]], encode: PromptEncode
             raise InvalidValueError(f"suite {name!r}: no prompt fits the model's context ({budget} tokens for the prompt)")
         out[name] = kept
     return out
+
+
+def check_verifiers(override: str | None, options: dict, problems) -> None:
+    """Every verifier the run will call exists and accepts its options: each is built once here,
+    before any model is loaded (an unknown name lists the registered ones, a bad option the valid ones)."""
+    from rlvr.verifiers.registry import get_verifier
+
+    for name in {override} if override else {p.verifier for p in problems}:
+        get_verifier(name, **(options if override else {}))

@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from rlvr.engines.base import SamplingParams
+from rlvr.engines.base import SamplingParams, call_optional
 from rlvr.logprobs import completion_logprobs
 from rlvr.models import iter_inference_weights
 
@@ -128,3 +128,20 @@ def canary_prompt(tokenizer, length: int) -> list[int]:
     if not ids:
         raise ValueError("the tokenizer encodes the canary text to no tokens")
     return (ids * (length // len(ids) + 1))[:length]
+
+
+def start_engine(engine_config, policy, tokenizer, *, dtype: str, context: int | None):
+    """``(engine, sync)``: the engine of ``engine_config`` (an ``EngineConfig``), given the policy's
+    weights and checked by the canary once."""
+    from rlvr.engines import build_engine
+
+    engine = build_engine(engine_config.name, policy, tokenizer, max_batch_size=engine_config.max_batch_size,
+                          **engine_config.options)
+    sync = EngineSync(engine, policy, tokenizer, dtype=dtype, tolerance=engine_config.canary_tolerance,
+                      canary=engine_config.canary, max_len=context)
+    try:
+        sync.push()  # a resumed or LoRA policy differs from the folder the engine loaded
+    except BaseException:
+        call_optional(engine, "close")
+        raise
+    return engine, sync

@@ -155,7 +155,7 @@ def test_skipping_zero_advantage_rows_leaves_the_gradient_unchanged(taught_model
     """Rows that cannot contribute are not computed; the gradient must equal the full computation."""
     from rlvr.chat import encode_prompts
     from rlvr.engines import HFEngine, SamplingParams
-    from rlvr.grpo import rows_with_gradient
+    from rlvr.update import rows_with_gradient
     from rlvr.logprobs import completion_logprobs
     from rlvr.models import load_policy, load_tokenizer
     from rlvr.rollout import Group, collate
@@ -169,7 +169,7 @@ def test_skipping_zero_advantage_rows_leaves_the_gradient_unchanged(taught_model
     batch.advantages = torch.tensor([1.0, -1.0, 0.0, 0.0] * 2 + [0.0] * 8)
     batch.response_mask[1] = 0  # a masked sample
     config = _config(taught_model, "unused", "algorithm.beta=0")
-    rows = rows_with_gradient(batch, config)
+    rows = rows_with_gradient(batch, config.algorithm)
     assert rows.tolist() == [0, 4, 5]
 
     def grads(index):

@@ -63,7 +63,7 @@ def test_unknown_verifier_name_and_option_fail_at_config_load(capsys, tmp_path, 
 
 def test_a_bad_verifier_option_value_fails_before_the_model_loads(capsys, tmp_path, tiny_model, monkeypatch):
     loaded = []
-    monkeypatch.setattr("rlvr.grpo._load_policy", lambda *a, **k: loaded.append(1))
+    monkeypatch.setattr("rlvr.grpo.load_run_policy", lambda *a, **k: loaded.append(1))
     cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run",
                        verifier={"name": "length", "options": {"mode": "sideways"}})
     code, _, err = run_cli(capsys, "train", str(cfg))
@@ -311,7 +311,8 @@ def test_disk_full_while_checkpointing_names_the_file(tmp_path, monkeypatch):
     tok.save_pretrained = lambda folder: None
     with pytest.raises(DiskFullError, match=r"disk full while writing checkpoint .*step_000007 \(no earlier checkpoint "
                                             r"exists\); free some space and continue with --resume"):
-        checkpoint.save_checkpoint(tmp_path, 7, model=Model(), tokenizer=tok, optimizer=opt, scheduler=sched, extra={})
+        checkpoint.save_checkpoint(tmp_path, 7, models={"policy": Model()}, tokenizer=tok,
+                                   states={"optimizer": opt, "scheduler": sched}, extra={})
     assert not list((tmp_path / "checkpoints").iterdir())  # the partial copy is gone
 
     def enospc(*_a, **_k):

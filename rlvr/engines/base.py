@@ -102,3 +102,10 @@ def eos_token_ids(model, tokenizer) -> list[int]:
     if not eos:
         raise ValueError("the model has no end-of-sequence token: set generation_config.eos_token_id")
     return eos
+
+
+def call_optional(engine, method: str) -> None:
+    """Call an optional engine method (``sleep``, ``wake_up``, ``close``) when the engine has it."""
+    function = getattr(engine, method, None)
+    if callable(function):
+        function()

@@ -1,0 +1,67 @@
+"""What one RL step logs, and what a run's ``summary.json`` says, for both recipes.
+
+Metric namespaces are those of ``rlvr/tracking.py``: ``reward/``, ``response/``, ``rollout/``,
+``verify/``; the update adds ``train/`` and ``mismatch/``, the recipe ``time/``, ``perf/``, ``sync/``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mixed: bool) -> dict[str, float]:
+    """Everything one step logs (see the namespaces in ``rlvr/tracking.py``)."""
+    raw, valid = samples.raw_scores, samples.valid
+    lengths = samples.lengths.float()
+    rewards = [r for g in groups for r in g.rewards]
+    metrics: dict[str, float] = {
+        "reward/mean": float(raw[valid].mean()) if valid.any() else 0.0,
+        "reward/std": float(raw[valid].std()) if valid.sum() > 1 else 0.0,
+        "reward/accuracy": float(samples.correct.float().mean()),
+        "reward/shaped_mean": float(samples.scores[valid].mean()) if valid.any() else 0.0,
+        "response/length_mean": float(lengths.mean()),
+        "response/length_max": float(lengths.max()),
+        "response/truncation_rate": float(samples.truncated.float().mean()),
+        "rollout/zero_variance_frac": rollout.zero_variance_groups / max(1, rollout.groups_seen),
+        "rollout/dropped_groups": float(rollout.dropped_groups),
+        "rollout/rounds": float(rollout.rounds),
+        "verify/masked_frac": float((~valid).float().mean()),
+        "verify/latency_p50_ms": 1e3 * sorted(r.latency_s for r in rewards)[len(rewards) // 2] if rewards else 0.0,
+        "verify/latency_max_ms": 1e3 * max((r.latency_s for r in rewards), default=0.0),
+    }
+    for status, count in rollout.status.items():
+        metrics[f"verify/status_{status}"] = float(count)
+    reporting = [r for r in rewards if "extracted" in r.info]
+    if reporting:
+        metrics["verify/no_answer_frac"] = sum(r.info["extracted"] is None for r in reporting) / len(reporting)
+    components: dict[str, list[float]] = {}
+    for r in rewards:
+        for name, value in r.components.items():
+            components.setdefault(name, []).append(value)
+    for name, values in components.items():
+        metrics[f"reward/{name}"] = sum(values) / len(values)
+    if mixed:  # several training suites: accuracy of each one drawn this step
+        for suite in sorted({g.suite for g in groups}):
+            rows = [i for i, g in enumerate(groups) if g.suite == suite]
+            metrics[f"reward/{suite}/accuracy"] = float(samples.correct[rows].float().mean())
+    if seq_kl is not None:
+        metrics["reward/kl_seq_mean"] = float(seq_kl.mean())
+    metrics.update(update)
+    return metrics
+
+
+def run_summary(config, evaluations: dict, alarms, wall_s: float) -> dict[str, Any]:
+    """``summary.json`` of an RL run: accuracy before (step 0) and after (the last evaluation)."""
+    steps_done = sorted(evaluations)
+    before = evaluations.get(0, {}).get("eval/accuracy")
+    after = evaluations[steps_done[-1]].get("eval/accuracy") if steps_done and steps_done[-1] > 0 else None
+    return {
+        "run_folder": config.out,
+        "algorithm": config.algorithm.preset,
+        "steps": config.train.steps,
+        "accuracy_before": before,
+        "accuracy_after": after,
+        "wall_s": wall_s,
+        "evaluations": {str(k): v for k, v in evaluations.items()},
+        "alarms": [{"step": s, "alarm": a} for s, a in alarms.fired],
+    }
