@@ -10,6 +10,11 @@ fills the algorithm defaults of a named recipe *under* whatever the file and ove
     dapo          grpo           token_mean               0.2 / 0.28       0     dynamic sampling, soft overlong punishment
     rloo          rloo           token_mean               0.2 / 0.2        0.05  k1 KL in the reward
     reinforce_pp  reinforce_pp   token_mean               0.2 / 0.2        0.01  k1 KL in the reward
+
+and the actor-critic recipe (``rlvr/ppo.py``, a learned critic in ``critic:``):
+
+    ppo                 gae (lam 0.95)  token_mean          0.2 / 0.2        0.05  k1 KL in the reward, 4 epochs x 4 minibatches
+    reinforce_baseline  gae (lam 1.0)   token_mean          unclipped        0.05  k1 KL in the reward, one pass
 """
 
 from __future__ import annotations
@@ -149,8 +154,9 @@ class GenerationConfig(Section):
 
 
 class AlgorithmConfig(Section):
-    preset: Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp"] = "grpo"
-    advantage: str = Field("grpo", description="advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, or a plugin's")
+    preset: Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo", "reinforce_baseline"] = "grpo"
+    advantage: str = Field("grpo", description="advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, or a plugin's "
+                           "(critic-free presets); gae (the critic presets ppo and reinforce_baseline)")
     policy_loss: str = Field("ppo_clip", description="per-token policy loss: ppo_clip (clipped surrogate), vanilla "
                              "(unclipped policy gradient), or a plugin's")
     loss_agg: str = Field("seq_mean_token_mean", description="loss aggregation: token_mean, seq_mean_token_mean, "
@@ -177,9 +183,26 @@ class AlgorithmConfig(Section):
     overlong: Literal["none", "filter", "soft"] = Field("none", description="truncated samples: keep, mask out, or soft punishment")
     overlong_buffer: int = Field(4, ge=1, description="soft punishment ramps over the last N tokens before max_new_tokens")
     overlong_penalty: float = Field(1.0, ge=0, description="reward subtracted at max_new_tokens (soft punishment)")
+    # ---- the critic presets (ppo, reinforce_baseline) only ----
+    gamma: float = Field(1.0, ge=0, le=1, description="[critic presets] GAE discount per token")
+    lam: float = Field(0.95, ge=0, le=1, description="[critic presets] GAE lambda: 1 = Monte Carlo return minus V, "
+                       "0 = one-step TD error")
+    whiten_advantages: bool = Field(True, description="[critic presets] z-score the advantages over the batch's real tokens")
+    truncation: Literal["none", "zero", "bootstrap"] = Field(
+        "none", description="[critic presets] a response cut by max_new_tokens: keeps its score (none), earns no "
+        "score (zero), or earns no score and bootstraps from the critic's value after its last token (bootstrap)")
+    value_clip: Optional[float] = Field(0.2, gt=0, description="[critic presets] clip range of the value loss around "
+                                        "the rollout-time values (null = unclipped squared error)")
+    value_coef: float = Field(0.5, gt=0, description="[critic presets] weight of the value loss (it has its own optimizer: "
+                              "the weight matters relative to optim.grad_clip)")
+    target_kl: Optional[float] = Field(None, gt=0, description="[critic presets] adaptive KL controller: beta moves to "
+                                       "keep the per-sequence KL to the reference near this (null = fixed beta)")
+    kl_horizon: int = Field(10000, ge=1, description="[critic presets] the adaptive controller's horizon, in sequences")
+    early_stop_kl: Optional[float] = Field(None, gt=0, description="[critic presets] stop a step's remaining epochs when "
+                                           "the approx KL to the rollout policy exceeds this (null = never)")
 
     _known_advantage = field_validator("advantage")(
-        lambda cls, v: registered("rlvr.algorithms.advantages:ADVANTAGE_ESTIMATORS", v))
+        lambda cls, v: v if v == "gae" else registered("rlvr.algorithms.advantages:ADVANTAGE_ESTIMATORS", v))
     _known_policy_loss = field_validator("policy_loss")(lambda cls, v: registered("rlvr.algorithms.losses:POLICY_LOSSES", v))
     _known_loss_agg = field_validator("loss_agg")(lambda cls, v: registered("rlvr.algorithms.losses:LOSS_AGGREGATIONS", v))
     _known_kl = field_validator("kl_estimator")(lambda cls, v: registered("rlvr.algorithms.losses:KL_ESTIMATORS", v))
@@ -195,7 +218,17 @@ PRESETS: dict[str, dict[str, Any]] = {
                  kl_estimator="k1", kl_placement="reward"),
     "reinforce_pp": dict(advantage="reinforce_pp", loss_agg="token_mean", clip_low=0.2, clip_high=0.2, beta=0.01,
                          kl_estimator="k1", kl_placement="reward"),
+    "ppo": dict(advantage="gae", loss_agg="token_mean", clip_low=0.2, clip_high=0.2, beta=0.05, kl_estimator="k1",
+                kl_placement="reward", ppo_epochs=4, minibatches=4, lam=0.95),
+    "reinforce_baseline": dict(advantage="gae", policy_loss="vanilla", loss_agg="token_mean", beta=0.05,
+                               kl_estimator="k1", kl_placement="reward", ppo_epochs=1, minibatches=1, lam=1.0,
+                               value_clip=None),
 }
+#: Presets whose advantages come from a learned critic (the ``rlvr/ppo.py`` recipe).
+CRITIC_PRESETS = ("ppo", "reinforce_baseline")
+#: Algorithm keys that only a critic preset reads.
+CRITIC_ALGORITHM_KEYS = ("gamma", "lam", "whiten_advantages", "truncation", "value_clip", "value_coef", "target_kl",
+                         "kl_horizon", "early_stop_kl")
 
 
 class OptimConfig(Section):
@@ -244,8 +277,18 @@ class CheckpointConfig(Section):
     keep: int = Field(1, ge=1, description="most recent checkpoints kept")
 
 
+class CriticConfig(Section):
+    """The learned value function of the critic presets (``algorithm.preset: ppo | reinforce_baseline``)."""
+
+    path: Optional[str] = Field(None, description="folder the critic's body starts from: null = the policy's model.path; "
+                                "a reward model folder (sequence classification: its score layer starts the value head). "
+                                "With LoRA the critic is a value adapter on the policy's own base, so leave it null")
+    lr: Optional[float] = Field(None, gt=0, description="the critic's learning rate (null = optim.lr); constant after "
+                                "optim.warmup_steps")
+
+
 class RunConfig(Section):
-    """The GRPO-family recipe (``rlvr train``)."""
+    """The RL recipes of ``rlvr train``: critic-free (grpo.py) or actor-critic (ppo.py), by preset."""
 
     out: Optional[str] = Field(None, description="run folder; null = a new runs/<preset>-<timestamp>. A folder that "
                                "already holds a run is refused unless resumed (--resume) or replaced (--overwrite)")
@@ -255,6 +298,7 @@ class RunConfig(Section):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    critic: CriticConfig = Field(default_factory=CriticConfig, description="the value model (critic presets only)")
     optim: OptimConfig = Field(default_factory=OptimConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
@@ -278,7 +322,37 @@ class RunConfig(Section):
             pass  # allowed: the user asked for it explicitly
         if not self.model.path:
             raise ValueError("model.path: set it to a local Hugging Face model folder")
+        self._check_critic_options()
         return self
+
+    def _check_critic_options(self) -> None:
+        """Critic options only with a critic preset, group-baseline options only without one."""
+        a = self.algorithm
+        if a.preset in CRITIC_PRESETS:
+            if a.advantage != "gae":
+                raise ValueError(f"algorithm.advantage: the {a.preset} preset's advantages come from its critic (gae), "
+                                 f"not {a.advantage!r}; remove the key, or pick a critic-free preset")
+            if a.dynamic_sampling:
+                raise ValueError(f"algorithm.dynamic_sampling: the {a.preset} preset has no groups to filter (its "
+                                 "baseline is the critic); remove the key")
+            if a.target_kl is not None and (a.beta == 0 or a.kl_placement != "reward"):
+                raise ValueError("algorithm.target_kl: the adaptive controller scales the KL penalty in the reward, "
+                                 "starting from algorithm.beta; set algorithm.kl_placement: reward and algorithm.beta > 0")
+            if self.model.lora is not None and self.critic.path is not None:
+                raise ValueError("critic.path: with model.lora the critic is a value adapter on the policy's own base "
+                                 "weights, so it starts from the policy; set critic.path: null (or train all weights)")
+            return
+        if a.advantage == "gae":
+            raise ValueError(f"algorithm.advantage: gae needs a critic; valid presets for it: {', '.join(CRITIC_PRESETS)}")
+        defaults = AlgorithmConfig()
+        for key in CRITIC_ALGORITHM_KEYS:
+            if getattr(a, key) != getattr(defaults, key):
+                raise ValueError(f"algorithm.{key}: only the critic presets ({', '.join(CRITIC_PRESETS)}) use it, and "
+                                 f"algorithm.preset is {a.preset!r}; remove the key, or set algorithm.preset: ppo")
+        for key, value in self.critic:
+            if value != getattr(CriticConfig(), key):
+                raise ValueError(f"critic.{key}: only the critic presets ({', '.join(CRITIC_PRESETS)}) have a critic, "
+                                 f"and algorithm.preset is {a.preset!r}; remove the key, or set algorithm.preset: ppo")
 
 
 class SFTDataConfig(Section):

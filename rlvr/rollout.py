@@ -289,9 +289,11 @@ class Batch:
     attention_mask: torch.Tensor  # [N, W + T]
     response_mask: torch.Tensor  # [N, T] 1 on completion tokens that enter the loss
     engine_logp: torch.Tensor  # [N, T] sampling log-probs from the engine
-    advantages: torch.Tensor  # [N]
+    advantages: torch.Tensor  # [N] per sequence (critic-free), or [N, T] per token (PPO's GAE)
     old_logp: torch.Tensor | None = None  # [N, T] pi_old when a batch is used more than once
     ref_logp: torch.Tensor | None = None  # [N, T] reference log-probs when beta > 0
+    old_values: torch.Tensor | None = None  # [N, T] the critic's V(s_t) at rollout time (PPO)
+    returns: torch.Tensor | None = None  # [N, T] the critic's regression targets (PPO)
 
     @property
     def completion_len(self) -> int:

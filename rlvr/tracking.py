@@ -111,8 +111,10 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "") -> Path | None:
-    """Draw the standard panels (reward, accuracy, KL, entropy, length, clipping) per step to a PNG."""
+def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "",
+                 panels: list[tuple[str, list[str]]] = PLOT_PANELS) -> Path | None:
+    """Draw ``panels`` (default: reward, accuracy, KL, entropy, length, clipping) per step to a PNG,
+    three panels to a row."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,8 +123,11 @@ def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "")
     records = read_metrics(metrics_path)
     if not records:
         return None
-    fig, axes = plt.subplots(2, 3, figsize=(14, 7))
-    for ax, (name, keys) in zip(axes.flat, PLOT_PANELS):
+    rows = math.ceil(len(panels) / 3)
+    fig, axes = plt.subplots(rows, 3, figsize=(14, 3.5 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (name, keys) in zip(axes.flat, panels):
         drawn = False
         for key in keys:
             points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]

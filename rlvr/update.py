@@ -76,7 +76,7 @@ def policy_terms(policy, micro: Batch, s: UpdateSettings, *, num_seqs: int, num_
     loss, stats = policy_loss(logp, old, micro.advantages, micro.response_mask, clip_low=algo.clip_low,
                               clip_high=algo.clip_high, dual_clip=algo.dual_clip, agg=algo.loss_agg,
                               loss=algo.policy_loss, token_weights=tis, **agg)
-    pg_loss = float(loss)
+    pg_loss = float(loss.detach())
     terms = {}
     if micro.ref_logp is not None:
         kl = KL_ESTIMATORS[algo.kl_estimator](logp, micro.ref_logp)

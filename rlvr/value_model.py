@@ -66,13 +66,24 @@ class ValueModel(nn.Module):
         finally:
             self._shared_policy.set_adapter(previous)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
-        """``values [B, T]`` (float32) for a batch laid out ``[left-padded prompt | completion (T)]``."""
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int, *,
+                with_bootstrap: bool = False):
+        """``values [B, T]`` (float32) for a batch laid out ``[left-padded prompt | completion (T)]``:
+        ``values[b, t]`` = V(prompt + the first t completion tokens).
+
+        ``with_bootstrap`` also returns ``[B]``, the value of the whole sequence (the state after its
+        last real completion token), for bootstrapping a truncated response's return.
+        """
+        T = completion_len
         position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)  # as completion_logprobs
         hidden = self._run_body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                 use_cache=False)  # [B, W + T, H]
-        states = hidden[:, -(completion_len + 1) : -1]  # [B, T, H]: the position that predicts token t
-        return self.head(states.float()).squeeze(-1)
+        states = hidden[:, -(T + 1):]  # [B, T + 1, H]: index t is the position that predicts token t
+        v_all = self.head(states.float()).squeeze(-1)  # [B, T + 1]
+        if not with_bootstrap:
+            return v_all[:, :T]
+        lengths = attention_mask[:, -T:].sum(dim=1)  # [B] real completion tokens: index k follows the last one
+        return v_all[:, :T], v_all.gather(1, lengths.unsqueeze(1)).squeeze(1)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         """What the critic's optimizer steps: the head plus the value adapter, or the head plus the body."""

@@ -1,4 +1,5 @@
-"""``rlvr train``: the critic-free recipe (GRPO, Dr. GRPO, DAPO, RLOO, REINFORCE++) on any local model."""
+"""``rlvr train``: the RL recipes on any local model: critic-free (GRPO, Dr. GRPO, DAPO, RLOO, REINFORCE++)
+or actor-critic (PPO, REINFORCE with a learned baseline), by ``algorithm.preset``."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from rlvr.commands import HelpFormatter
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "train", formatter_class=HelpFormatter,
-        help="train a policy with GRPO / Dr. GRPO / DAPO / RLOO / REINFORCE++ from a YAML config",
-        description="Train a policy with a critic-free RL recipe. CONFIG is a YAML file (examples in rlvr/configs/); "
+        help="train a policy with GRPO / Dr. GRPO / DAPO / RLOO / REINFORCE++ / PPO / REINFORCE with a baseline",
+        description="Train a policy with an RL recipe: algorithm.preset picks it (grpo, dr_grpo, dapo, rloo, reinforce_pp "
+        "without a critic; ppo, reinforce_baseline with a learned critic, set in `critic:`). CONFIG is a YAML file "
+        "(examples in rlvr/configs/); "
         "key=value pairs override it (e.g. algorithm.preset=dapo train.steps=200 model.lora.r=8). Unknown keys, wrong "
         "types and impossible combinations are rejected with the valid choices. The run folder gets the resolved "
         "config, metrics.jsonl, metrics.png, checkpoints/, final/ and summary.json.",
@@ -47,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"out={args.out}")
     config = load_config(RunConfig, config_path, overrides)  # a ConfigError is printed by rlvr.cli
 
-    from rlvr import grpo
+    from rlvr.recipes import train
 
-    summary = grpo.train(config, resume=args.resume is not None, overwrite=args.overwrite)
+    summary = train(config, resume=args.resume is not None, overwrite=args.overwrite)
     before, after = summary.get("accuracy_before"), summary.get("accuracy_after")
     if before is not None and after is not None:
         print(f"eval accuracy: {before:.3f} -> {after:.3f}")

@@ -1,0 +1,341 @@
+"""The actor-critic recipe: PPO with a learned value function, and REINFORCE with a learned baseline.
+
+One step, top to bottom:
+
+    sample problems -> generate G completions each -> verify -> scores [N]
+    -> trainer log-probs (pi_old), reference log-probs, critic values V(s_t)
+    -> per-token rewards: the score at the last token, -beta * KL on every token
+    -> GAE (gamma, lambda) -> advantages [N, T] (whitened over real tokens), returns = A + V_old
+    -> ppo_epochs x minibatches: clipped-surrogate step on the policy, clipped-value step on the critic
+    -> the KL controller moves beta -> the engine serves the new weights -> log -> evaluate, checkpoint
+
+The loop has the shape of ``grpo.py``'s and shares its parts (rollout, verifiers, engines, the policy
+loss of ``update.py``, checkpoints, tracking); what differs is here: the critic, per-token rewards and
+GAE, and the two-optimizer update. Run it with ``rlvr train CONFIG.yaml algorithm.preset=ppo``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+import torch
+
+from rlvr.algorithms.critic import (AdaptiveKLController, FixedKLController, clipped_value_loss_per_token,
+                                    explained_variance, gae, masked_whiten, token_rewards)
+from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate
+from rlvr.checkpoint import restore_states, resume_checkpoint, save_checkpoint
+from rlvr.config import RunConfig, save_config
+from rlvr.engines import SamplingParams
+from rlvr.engines.base import call_optional
+from rlvr.evaluate import evaluate_suites
+from rlvr.models import Reference, context_length, load_run_policy, load_tokenizer, save_final_model
+from rlvr.progress import make_progress
+from rlvr.rollout import Batch, ProblemSampler, collate, collect_groups, sample_tensors
+from rlvr.run_folder import prepare_run_folder
+from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads
+from rlvr.step_metrics import run_summary, step_metrics
+from rlvr.suites import PromptEncoder, check_verifiers, drop_overlong_prompts, load_eval_suites, load_training_suites
+from rlvr.tracking import PLOT_PANELS, Alarms, Tracker, VerifierErrors, plot_metrics
+from rlvr.update import (Mismatch, TokenMeans, UpdateSettings, masked_mean, no_grad_logprobs, policy_terms,
+                         reference_logprobs, rows_with_gradient)
+from rlvr.value_model import ValueModel, build_critic
+from rlvr.verifiers.runner import VerifierRunner
+from rlvr.weight_sync import start_engine
+
+PPO_PANELS = PLOT_PANELS + [
+    ("critic: explained variance", ["critic/explained_variance"]),
+    ("critic: value loss", ["critic/value_loss"]),
+    ("KL coefficient", ["train/kl_coef"]),
+]
+
+
+def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
+    """Train a policy and its critic with the configured actor-critic preset; returns the run summary.
+
+    ``resume`` continues the run in ``config.out`` from its latest checkpoint (policy, critic, both
+    optimizers, the KL coefficient); ``overwrite`` replaces a previous run there.
+    """
+    quiet_transformers()
+    device = resolve_device(config.train.device)
+    run_dir = prepare_run_folder(config.out, name=config.algorithm.preset, resume=resume, overwrite=overwrite)
+    config = config.model_copy(update={"out": str(run_dir)})
+    print(f"run folder: {run_dir}" + (" (resuming)" if resume else ""), flush=True)
+    seed_everything(config.train.seed)
+    set_threads(config.train.threads)
+    algo, gen, t = config.algorithm, config.generation, config.train
+    checkpoint = resume_checkpoint(run_dir) if resume else None
+
+    # ---- data and verifiers first: a wrong name or option fails before any model is loaded -----
+    suites, weights = load_training_suites(config.data)
+    eval_suites = load_eval_suites(config)
+    check_verifiers(config.verifier.name, config.verifier.options,
+                    [p for problems in [*suites.values(), *eval_suites.values()] for p in problems])
+    runner = VerifierRunner(workers=config.verifier.workers, timeout_s=config.verifier.timeout_s)
+
+    # ---- policy, critic, engine, optimizers, logging -----------------------------------------
+    tokenizer = load_tokenizer(config.model.path)
+    encode = PromptEncoder(tokenizer)
+    context = context_length(config.model.path)
+    suites = drop_overlong_prompts(suites, encode, context, gen.max_new_tokens, gen.overlong_prompts)
+    eval_suites = drop_overlong_prompts(eval_suites, encode, context, config.eval.max_new_tokens or gen.max_new_tokens,
+                                        gen.overlong_prompts)
+    sampler = ProblemSampler(suites, weights, seed=t.seed)
+    policy = load_run_policy(config.model, device, checkpoint)
+    critic = build_critic(policy, path=config.critic.path or config.model.path, dtype=config.model.dtype, device=device,
+                          lora=config.model.lora.model_dump() if config.model.lora else None,
+                          resume_from=checkpoint / "critic" if checkpoint else None)
+    reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device))
+    engine, sync = start_engine(config.engine, policy, tokenizer, dtype=config.model.dtype, context=context)
+    o = config.optim
+    optimizer = build_optimizer([p for p in policy.parameters() if p.requires_grad], lr=o.lr,
+                                weight_decay=o.weight_decay, betas=o.betas)
+    scheduler = build_scheduler(optimizer, total=t.steps, warmup=o.warmup_steps, schedule=o.schedule, min_ratio=o.min_lr_ratio)
+    critic_optimizer = build_optimizer(critic.trainable_parameters(), lr=config.critic.lr or o.lr,
+                                       weight_decay=o.weight_decay, betas=o.betas)
+    critic_scheduler = build_scheduler(critic_optimizer, total=t.steps, warmup=o.warmup_steps, schedule="constant",
+                                       min_ratio=1.0)
+    kl_ctl = (AdaptiveKLController(algo.beta, algo.target_kl, algo.kl_horizon) if algo.target_kl
+              else FixedKLController(algo.beta))
+    sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k)
+    settings = UpdateSettings.from_config(config)
+
+    tracker = Tracker(run_dir, tensorboard=config.log.tensorboard, wandb=config.log.wandb,
+                      wandb_project=config.log.wandb_project, config=config.model_dump(mode="json"))
+    alarms = Alarms(config.log.alarm_patience)
+    states = {"optimizer": optimizer, "scheduler": scheduler, "critic_optimizer": critic_optimizer,
+              "critic_scheduler": critic_scheduler, "kl_controller": kl_ctl, "sampler": sampler, "alarms": alarms}
+    start_step, wall_before, evaluations = 0, 0.0, {}
+    if checkpoint is not None:
+        state = restore_states(checkpoint, states)
+        start_step, wall_before, evaluations = state["step"], state["wall_s"], dict(state["evaluations"])
+        tracker.truncate(start_step)
+        print(f"resuming from step {start_step} of {t.steps}")
+    else:
+        save_config(config, run_dir / "config.yaml")
+    started = time.perf_counter()
+    if start_step == 0 and config.eval.at_start and eval_suites:
+        evaluations[0] = _evaluate(engine, encode, eval_suites, runner, config)
+        tracker.log(0, evaluations[0])
+
+    progress = make_progress(t.steps, algo.preset, initial=start_step, enabled=config.log.progress)
+    verifier_errors = VerifierErrors(config.verifier.max_error_frac, printer=progress.write if progress else print)
+    try:
+        for step in range(start_step + 1, t.steps + 1):
+            step_start = time.perf_counter()
+
+            # ---- 1. rollout: problems -> groups -> scores --------------------------------------
+            groups, rollout = collect_groups(
+                engine=engine, runner=runner, sampler=sampler, encode=encode, num_prompts=t.prompts_per_step,
+                group_size=t.group_size, sampling=sampling, verifier=config.verifier.name,
+                verifier_options=config.verifier.options, dynamic_sampling=False, max_resample_rounds=0,
+            )
+            rewards = [r for g in groups for r in g.rewards]
+            error_frac = verifier_errors.update(
+                step, rewards, lambda i: config.verifier.name or groups[i // t.group_size].problem.verifier)
+            samples = sample_tensors(
+                groups, on_failure=config.verifier.on_failure, success_threshold=config.verifier.success_threshold,
+                overlong=algo.overlong, max_new_tokens=gen.max_new_tokens, overlong_buffer=algo.overlong_buffer,
+                overlong_penalty=algo.overlong_penalty,
+            )
+            batch = collate(groups, engine.pad_id).to(device)
+            keep = (samples.valid.float() * samples.loss_weight).flatten().to(device)
+            batch.response_mask = batch.response_mask * keep[:, None]
+            update_start = time.perf_counter()
+            call_optional(engine, "sleep")  # an engine with a sleep mode frees its memory for the update
+
+            # ---- 2. per-token rewards -> GAE advantages and returns -----------------------------
+            seq_kl = critic_targets(batch, samples.scores.flatten().to(device), samples.truncated.flatten().to(device),
+                                    policy=policy, critic=critic, reference=reference, beta=kl_ctl.value, s=settings)
+
+            # ---- 3. policy and critic updates; the KL controller moves beta ---------------------
+            update = update_actor_critic(policy, critic, batch, optimizer, critic_optimizer, settings)
+            scheduler.step()
+            critic_scheduler.step()
+            update["train/kl_coef"] = kl_ctl.value
+            kl_ctl.update(float(seq_kl.mean()) if seq_kl is not None else 0.0, n_steps=len(batch))
+
+            # ---- 4. the engine serves the new weights, proven by the canary --------------------
+            call_optional(engine, "wake_up")
+            update.update(sync.push())
+            step_end = time.perf_counter()
+
+            # ---- 5. metrics, alarms ------------------------------------------------------------
+            metrics = step_metrics(groups, samples, rollout, update, seq_kl.cpu() if seq_kl is not None else None,
+                                   mixed=len(suites) > 1)
+            metrics.update({
+                "verify/error_frac": error_frac,
+                "train/lr": scheduler.get_last_lr()[0],
+                "time/generate": rollout.generate_s,
+                "time/verify": rollout.verify_s,
+                "time/update": step_end - update_start,
+                "time/step": step_end - step_start,
+                "perf/tokens_per_s": rollout.generated_tokens / max(rollout.generate_s, 1e-9),
+            })
+            for message in alarms.update(step, metrics):
+                (progress.write if progress is not None else print)(message)
+
+            # ---- 6. evaluate (on schedule and after the last step), checkpoint ------------------
+            periodic = config.eval.every and step % config.eval.every == 0
+            if eval_suites and (periodic or (step == t.steps and config.eval.at_end)):
+                metrics.update(_evaluate(engine, encode, eval_suites, runner, config))
+                evaluations[step] = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+            tracker.log(step, metrics)
+            if progress is not None:
+                progress.set_postfix(reward=f"{metrics['reward/mean']:.3f}", ev=f"{metrics['critic/explained_variance']:.2f}")
+                progress.update(1)
+            if config.log.plot_every and step % config.log.plot_every == 0:
+                plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir), panels=PPO_PANELS)
+            if (config.checkpoint.every and step % config.checkpoint.every == 0) or step == t.steps:
+                save_checkpoint(run_dir, step, models={"policy": policy, "critic": critic}, tokenizer=tokenizer,
+                                states=states, keep=config.checkpoint.keep,
+                                extra={"wall_s": wall_before + time.perf_counter() - started, "evaluations": evaluations})
+    finally:
+        if progress is not None:
+            progress.close()
+        runner.close()
+        call_optional(engine, "close")
+
+    # ---- the end: policy (without the critic's adapter), critic, plots, summary ---------------
+    critic.save(run_dir / "final_critic")
+    if critic.shares_policy_base:
+        policy.delete_adapter("value")
+    save_final_model(policy, tokenizer, run_dir / "final")
+    plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir), panels=PPO_PANELS)
+    tracker.close()
+    summary = run_summary(config, evaluations, alarms, wall_before + time.perf_counter() - started)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# Rewards, values, advantages
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def critic_targets(batch: Batch, scores: torch.Tensor, truncated: torch.Tensor, *, policy, critic: ValueModel,
+                   reference: Reference, beta: float, s: UpdateSettings) -> torch.Tensor | None:
+    """Fill ``batch.old_logp``, ``ref_logp``, ``old_values``, ``advantages [N, T]`` and ``returns [N, T]``;
+    return the per-sequence KL to the reference ``[N]`` (None without a reference).
+
+        r_t = [t = last] * score - beta * KL_t          (KL_t by algorithm.kl_estimator, k1 = logp - ref_logp)
+        A   = GAE(r, V_old; gamma, lam)  whitened over real tokens;   R = GAE advantages + V_old
+
+    A truncated response (``algorithm.truncation``) keeps its score (``none``), earns none (``zero``),
+    or earns none and takes the critic's value after its last token as the rest of its return
+    (``bootstrap``). Log-probs are the trainer's (pi_old), never the engine's: the KL in the reward
+    must measure the policy being trained.
+    """
+    algo, mask = s.algo, batch.response_mask
+    batch.old_logp = no_grad_logprobs(policy, batch, s.micro_batch_size, s.temperature)
+    kl = seq_kl = None
+    if reference.needed:
+        batch.ref_logp = reference_logprobs(reference, batch, s.micro_batch_size, s.temperature)
+        kl = KL_ESTIMATORS[algo.kl_estimator](batch.old_logp, batch.ref_logp) * mask  # [N, T]
+        seq_kl = kl.sum(dim=1)
+    values, after_last = [], []
+    for start in range(0, len(batch), s.micro_batch_size):
+        part = batch.select(torch.arange(start, min(start + s.micro_batch_size, len(batch)), device=mask.device))
+        v, v_after = critic(part.input_ids, part.attention_mask, part.completion_len, with_bootstrap=True)
+        values.append(v)
+        after_last.append(v_after)
+    batch.old_values = torch.cat(values) * mask  # [N, T]
+    in_reward = beta if algo.kl_placement == "reward" else 0.0
+    rewards = token_rewards(scores, mask, kl=kl, beta=in_reward, truncated=truncated,
+                            truncation="none" if algo.truncation == "none" else "zero")
+    last_values = torch.cat(after_last) * truncated.float() if algo.truncation == "bootstrap" else None
+    advantages, batch.returns = gae(rewards, batch.old_values, mask, gamma=algo.gamma, lam=algo.lam,
+                                    last_values=last_values)
+    batch.advantages = masked_whiten(advantages, mask) if algo.whiten_advantages else advantages
+    return seq_kl
+
+
+# ---------------------------------------------------------------------------------------------
+# The update: policy step, then critic step, per minibatch
+# ---------------------------------------------------------------------------------------------
+
+
+def update_actor_critic(policy, critic: ValueModel, batch: Batch, optimizer, critic_optimizer,
+                        s: UpdateSettings) -> dict[str, float]:
+    """``ppo_epochs`` x ``minibatches``: a clipped-surrogate step of the policy, then a clipped-value step
+    of the critic, on each minibatch; returns mean diagnostics.
+
+        L_policy = policy_loss(logp, old_logp, A) [+ beta KL in the loss] [- c_H entropy]
+        L_critic = value_coef * token_mean(1/2 max((V - R)^2, (clip(V, V_old +- c) - R)^2))
+
+    With ``algorithm.early_stop_kl`` the step stops (both networks) once a minibatch's approx KL to
+    the rollout policy exceeds it.
+    """
+    algo = s.algo
+    n = len(batch)
+    minibatch_size = math.ceil(n / algo.minibatches)
+    policy_params = [p for p in policy.parameters() if p.requires_grad]
+    critic_params = critic.trainable_parameters()
+    means, critic_means, mismatch = TokenMeans(), TokenMeans(), Mismatch()
+    pg_total, value_total, grad_norms, critic_norms, stopped = 0.0, 0.0, [], [], 0.0
+    for epoch in range(algo.ppo_epochs):
+        order = torch.randperm(n) if not s.single_pass else torch.arange(n)
+        for start in range(0, n, minibatch_size):
+            minibatch = batch.select(order[start : start + minibatch_size].to(batch.input_ids.device))
+            real = minibatch.response_mask
+            agg = dict(num_seqs=len(minibatch), num_tokens=float(real.sum()))
+            kl_before = TokenMeans()
+            # -- the policy
+            optimizer.zero_grad(set_to_none=False)
+            rows = rows_with_gradient(minibatch, algo)
+            for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():
+                micro = minibatch.select(micro_rows)
+                part = policy_terms(policy, micro, s, **agg)
+                part.loss.backward()
+                pg_total += part.pg_loss
+                if not grad_norms:  # before any step
+                    mismatch.add(part.logp, micro)
+                means.add(part.terms, float(micro.response_mask.sum()))
+                kl_before.add({"kl": part.terms["train/approx_kl_old"]}, float(micro.response_mask.sum()))
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(policy_params, s.grad_clip)))
+            optimizer.step()
+            # -- the critic
+            critic_optimizer.zero_grad(set_to_none=False)
+            rows = (real.sum(dim=1) > 0).nonzero().squeeze(1)
+            for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():
+                micro = minibatch.select(micro_rows)
+                values = critic(micro.input_ids, micro.attention_mask, micro.completion_len)
+                loss_t, clipped = clipped_value_loss_per_token(values, micro.old_values, micro.returns,
+                                                               micro.response_mask, clip=algo.value_clip or math.inf)
+                loss = algo.value_coef * aggregate(loss_t, micro.response_mask, "token_mean", max_len=s.max_len, **agg)
+                loss.backward()
+                value_total += loss.item() / algo.value_coef
+                critic_means.add({"critic/value_clip_frac": masked_mean(clipped.float(), micro.response_mask)},
+                                 float(micro.response_mask.sum()))
+            critic_norms.append(float(torch.nn.utils.clip_grad_norm_(critic_params, s.grad_clip)))
+            critic_optimizer.step()
+            if algo.early_stop_kl is not None and kl_before.means().get("kl", 0.0) > algo.early_stop_kl:
+                stopped = 1.0
+                break
+        if stopped:
+            break
+    steps = len(grad_norms)
+    out = means.means() | critic_means.means()
+    real = batch.response_mask
+    out.update({
+        "train/pg_loss": pg_total / steps,
+        "train/grad_norm": sum(grad_norms) / steps,
+        "train/optimizer_steps": float(steps),
+        "train/early_stopped": stopped,
+        "critic/value_loss": value_total / steps,
+        "critic/grad_norm": sum(critic_norms) / steps,
+        "critic/explained_variance": explained_variance(batch.old_values, batch.returns, real),
+        "critic/values_mean": masked_mean(batch.old_values, real),
+        "critic/returns_mean": masked_mean(batch.returns, real),
+        "critic/advantages_std": float(batch.advantages[real.bool()].std()) if real.sum() > 1 else 0.0,
+    })
+    out.update(mismatch.metrics())
+    return out
+
+
+def _evaluate(engine, encode, eval_suites, runner, config: RunConfig) -> dict[str, float]:
+    return evaluate_suites(engine, encode, eval_suites, runner, eval_config=config.eval,
+                           generation=config.generation, verifier=config.verifier)
