@@ -41,7 +41,7 @@ from rlvr.suites import PromptEncoder, check_verifiers, drop_overlong_prompts, l
 from rlvr.tracking import PLOT_PANELS, Alarms, Tracker, VerifierErrors, plot_metrics
 from rlvr.update import (Mismatch, TokenMeans, UpdateSettings, masked_mean, no_grad_logprobs, policy_terms,
                          reference_logprobs, rows_with_gradient)
-from rlvr.value_model import ValueModel, build_critic
+from rlvr.value_model import ValueModel, build_critic, policy_parameters
 from rlvr.verifiers.runner import VerifierRunner
 from rlvr.weight_sync import start_engine
 
@@ -86,11 +86,12 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     policy = load_run_policy(config.model, device, checkpoint)
     critic = build_critic(policy, path=config.critic.path or config.model.path, dtype=config.model.dtype, device=device,
                           lora=config.model.lora.model_dump() if config.model.lora else None,
-                          resume_from=checkpoint / "critic" if checkpoint else None)
+                          resume_from=checkpoint / "critic" if checkpoint else None,
+                          gradient_checkpointing=config.model.gradient_checkpointing)
     reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device))
     engine, sync = start_engine(config.engine, policy, tokenizer, dtype=config.model.dtype, context=context)
     o = config.optim
-    optimizer = build_optimizer([p for p in policy.parameters() if p.requires_grad], lr=o.lr,
+    optimizer = build_optimizer(policy_parameters(policy, critic), lr=o.lr,
                                 weight_decay=o.weight_decay, betas=o.betas)
     scheduler = build_scheduler(optimizer, total=t.steps, warmup=o.warmup_steps, schedule=o.schedule, min_ratio=o.min_lr_ratio)
     critic_optimizer = build_optimizer(critic.trainable_parameters(), lr=config.critic.lr or o.lr,
@@ -272,7 +273,7 @@ def update_actor_critic(policy, critic: ValueModel, batch: Batch, optimizer, cri
     algo = s.algo
     n = len(batch)
     minibatch_size = math.ceil(n / algo.minibatches)
-    policy_params = [p for p in policy.parameters() if p.requires_grad]
+    policy_params = policy_parameters(policy, critic)
     critic_params = critic.trainable_parameters()
     means, critic_means, mismatch = TokenMeans(), TokenMeans(), Mismatch()
     pg_total, value_total, grad_norms, critic_norms, stopped = 0.0, 0.0, [], [], 0.0

@@ -44,11 +44,18 @@ def eval_command(config: RunConfig, *, samples: int = 8, ks: str = "1,8") -> str
     return shlex.join(words)
 
 
+#: The RL stage's packaged config, by ``--algorithm``.
+STAGE_CONFIGS = {"grpo": "quickstart.yaml", "ppo": "quickstart_ppo.yaml"}
+
+
 def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | None = None, device: str = "auto",
-               progress: bool = True, overrides: Sequence[str] = (), overwrite: bool = False) -> dict[str, Any]:
-    """Run the four stages; ``overrides`` (``key=value``) apply to the GRPO stage's config.
+               progress: bool = True, overrides: Sequence[str] = (), overwrite: bool = False,
+               algorithm: str = "grpo") -> dict[str, Any]:
+    """Run the four stages; ``overrides`` (``key=value``) apply to the RL stage's config, which
+    ``algorithm`` picks (grpo, or ppo: PPO with a learned critic).
     ``overwrite`` replaces an earlier quickstart in ``out`` (else such a folder is refused)."""
-    from rlvr import grpo, sft
+    from rlvr import sft
+    from rlvr.recipes import train
     from rlvr.models import build_tiny_model
     from rlvr.run_folder import RUN_FILES, prepare_run_folder
     from rlvr.runtime import quiet_transformers
@@ -71,18 +78,21 @@ def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | Non
     sft_summary = sft.train(sft_config)
     print(f"      SFT stopped after {sft_summary['steps']} steps at dev accuracy {sft_summary['eval_accuracy']:.3f}")
 
-    print("[3/3] GRPO against the `numeric` verifier")
+    if algorithm not in STAGE_CONFIGS:
+        raise ValueError(f"algorithm: unknown quickstart algorithm {algorithm!r}; valid: {', '.join(STAGE_CONFIGS)}")
+    name = algorithm.upper()
+    print(f"[3/3] {name} against the `numeric` verifier")
     run_overrides = [f"out={run_dir}", f"model.path={run_dir / 'sft' / 'final'}", f"train.seed={seed}",
                      f"train.device={device}", f"log.progress={progress}"]
     if steps is not None:
         run_overrides.append(f"train.steps={steps}")
-    run_config = build_config(RunConfig, load_packaged("quickstart.yaml"), [*run_overrides, *overrides],
-                              source="quickstart.yaml")
-    summary = grpo.train(run_config)
+    run_config = build_config(RunConfig, load_packaged(STAGE_CONFIGS[algorithm]), [*run_overrides, *overrides],
+                              source=STAGE_CONFIGS[algorithm])
+    summary = train(run_config)
 
     summary.update({
         "wall_s": time.perf_counter() - started,
-        "grpo_wall_s": summary["wall_s"],
+        f"{algorithm}_wall_s": summary["wall_s"],
         "sft_steps": sft_summary["steps"],
         "sft_dev_accuracy": sft_summary["eval_accuracy"],
         "eval_problems": run_config.eval.limit,
@@ -92,7 +102,7 @@ def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | Non
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     before, after = summary["accuracy_before"], summary["accuracy_after"]
     print(f"\ngreedy accuracy on {run_config.eval.limit} held-out problems: "
-          f"before GRPO {before:.3f} -> after {after:.3f} ({after - before:+.3f})")
+          f"before {name} {before:.3f} -> after {after:.3f} ({after - before:+.3f})")
     print(f"wall time {summary['wall_s']:.0f} s; run folder: {run_dir} (summary.json, metrics.jsonl, metrics.png)")
     print(f"pass@1 and pass@8 of the trained model: {summary['eval_command']}")
     return summary

@@ -5,8 +5,10 @@ Two layouts, chosen by the policy (:func:`build_critic`):
 
 * **LoRA policy**: the critic is a second LoRA adapter, ``value``, on the policy's own frozen base,
   plus the head. One copy of the base weights serves both: the critic's forward switches the active
-  adapter to ``value`` and back (peft also moves ``requires_grad`` with it, so a critic backward
-  never touches the policy's adapter).
+  adapter to ``value`` and back. Each forward uses only its own adapter, so each backward reaches
+  only its own parameters; both adapters stay ``requires_grad`` (peft's ``set_adapter`` turns the
+  inactive one off, which would drop the critic's gradients when the backward runs after the switch
+  back), and :func:`policy_parameters` tells the policy's apart.
 * **full fine-tuning**: the critic is its own body (``AutoModel``: the causal LM without its output
   layer) loaded from the policy's folder or from a reward model's, plus the head.
 
@@ -39,18 +41,22 @@ class ValueModel(nn.Module):
     def __init__(self, body: nn.Module, head: nn.Linear, *, policy=None):
         super().__init__()
         self.head = head  # float32 [hidden -> 1]
-        self._shared_policy = policy  # the LoRA policy whose base the critic shares, else None
+        # With a LoRA policy, body and policy are held in a tuple, not as submodules: their weights
+        # belong to the policy (saved, counted and moved with it, never twice).
+        self._shared = (policy, body) if policy is not None else None
         if policy is None:
             self.body = body
-        else:
-            self._body = [body]  # not a submodule: its weights belong to the policy (no double registration)
 
     @property
     def shares_policy_base(self) -> bool:
-        return self._shared_policy is not None
+        return self._shared is not None
+
+    @property
+    def _shared_policy(self):
+        return self._shared[0] if self._shared is not None else None
 
     def _run_body(self, **inputs) -> torch.Tensor:
-        body = self._body[0] if self.shares_policy_base else self.body
+        body = self._shared[1] if self.shares_policy_base else self.body
         with self._value_adapter():
             return body(**inputs).last_hidden_state
 
@@ -65,6 +71,7 @@ class ValueModel(nn.Module):
             yield
         finally:
             self._shared_policy.set_adapter(previous)
+            _keep_value_adapter_trainable(self._shared_policy)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int, *,
                 with_bootstrap: bool = False):
@@ -89,8 +96,7 @@ class ValueModel(nn.Module):
         """What the critic's optimizer steps: the head plus the value adapter, or the head plus the body."""
         if not self.shares_policy_base:
             return [p for p in self.parameters() if p.requires_grad]
-        adapter = [p for n, p in self._shared_policy.named_parameters() if f".{VALUE_ADAPTER}." in n and "lora_" in n]
-        return adapter + list(self.head.parameters())
+        return _value_adapter_parameters(self._shared_policy) + list(self.head.parameters())
 
     def save(self, path: str | Path) -> Path:
         """A folder :func:`build_critic` reloads with ``resume_from``: the head, and the value adapter or the body."""
@@ -107,13 +113,15 @@ class ValueModel(nn.Module):
 
 
 def build_critic(policy, *, path: str | Path | None, dtype: str = "float32", device: str | torch.device = "cpu",
-                 lora: dict | None = None, resume_from: str | Path | None = None) -> ValueModel:
+                 lora: dict | None = None, resume_from: str | Path | None = None,
+                 gradient_checkpointing: bool = False) -> ValueModel:
     """The critic for ``policy``: a ``value`` adapter on its base (LoRA policy) or its own body.
 
     ``path`` (full fine-tuning only) is the folder the body starts from: the policy's model folder,
     or a reward model's (a sequence-classification folder: its ``score`` layer becomes the head).
     ``lora`` holds the policy's LoRA fields, reused for the value adapter. ``resume_from`` is a
-    folder written by :meth:`ValueModel.save`.
+    folder written by :meth:`ValueModel.save`. ``gradient_checkpointing`` applies to a critic's own body
+    (a LoRA critic runs in the policy's, checkpointed or not as the policy is).
     """
     hidden = policy.config.hidden_size
     head = nn.Linear(hidden, 1, bias=True, dtype=torch.float32, device=device)
@@ -128,7 +136,7 @@ def build_critic(policy, *, path: str | Path | None, dtype: str = "float32", dev
 
         source = Path(resume_from) if resume_from is not None else check_model_folder(path, "critic.path")
         body = AutoModel.from_pretrained(str(source), dtype=resolve_dtype(dtype)).to(device)
-        if getattr(policy, "is_gradient_checkpointing", False):
+        if gradient_checkpointing:
             body.gradient_checkpointing_enable()
         body.train()
         critic = ValueModel(body, head)
@@ -139,6 +147,21 @@ def build_critic(policy, *, path: str | Path | None, dtype: str = "float32", dev
 
         head.load_state_dict(load_file(str(Path(resume_from) / HEAD_FILE), device=str(device)))
     return critic
+
+
+def policy_parameters(policy, critic: ValueModel) -> list[nn.Parameter]:
+    """The policy's trainable parameters, without the critic's (a LoRA critic's adapter lives in the policy)."""
+    critic_ids = {id(p) for p in critic.trainable_parameters()}
+    return [p for p in policy.parameters() if p.requires_grad and id(p) not in critic_ids]
+
+
+def _value_adapter_parameters(policy) -> list[nn.Parameter]:
+    return [p for n, p in policy.named_parameters() if f".{VALUE_ADAPTER}." in n and "lora_" in n]
+
+
+def _keep_value_adapter_trainable(policy) -> None:
+    for p in _value_adapter_parameters(policy):
+        p.requires_grad_(True)
 
 
 def _add_value_adapter(policy, lora: dict | None, resume_from) -> None:
@@ -153,6 +176,7 @@ def _add_value_adapter(policy, lora: dict | None, resume_from) -> None:
                             target_modules=lora["target_modules"], task_type="CAUSAL_LM")
         policy.add_adapter(VALUE_ADAPTER, config)
     policy.set_adapter("default")  # the policy stays the active adapter; the critic switches in and out
+    _keep_value_adapter_trainable(policy)
 
 
 def _head_from_reward_model(head: nn.Linear, folder: Path) -> None:

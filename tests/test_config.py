@@ -65,6 +65,42 @@ def test_impossible_combinations_are_rejected(overrides, key):
         build_config(RunConfig, BASE, overrides)
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["algorithm.lam=0.9"], r"algorithm\.lam: only the critic presets \(ppo, reinforce_baseline\) use it, and "
+                                r"algorithm\.preset is 'grpo'"),
+        (["algorithm.preset=rloo", "algorithm.value_clip=0.5"], r"algorithm\.value_clip: .* algorithm\.preset is 'rloo'"),
+        (["critic.lr=1e-3"], r"critic\.lr: only the critic presets \(ppo, reinforce_baseline\) have a critic"),
+        (["algorithm.advantage=gae"], r"algorithm\.advantage: gae needs a critic; valid presets for it: ppo, reinforce_baseline"),
+        (["algorithm.preset=ppo", "algorithm.advantage=rloo"], r"algorithm\.advantage: the ppo preset's advantages come "
+                                                               r"from its critic \(gae\), not 'rloo'"),
+        (["algorithm.preset=ppo", "algorithm.dynamic_sampling=true"], r"algorithm\.dynamic_sampling: the ppo preset"),
+        (["algorithm.preset=ppo", "algorithm.target_kl=0.1", "algorithm.kl_placement=loss"], r"algorithm\.target_kl"),
+        (["algorithm.preset=ppo", "algorithm.target_kl=0.1", "algorithm.beta=0"], r"algorithm\.target_kl"),
+        (["algorithm.preset=ppo", "model.lora={r: 8}", "critic.path=/some/rm"], r"critic\.path: with model\.lora"),
+    ],
+)
+def test_critic_options_only_with_a_critic_preset_and_group_options_only_without(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        build_config(RunConfig, BASE, overrides)
+
+
+def test_critic_presets_accept_their_options_and_need_no_groups():
+    config = build_config(RunConfig, BASE, ["algorithm.preset=ppo", "train.group_size=1", "algorithm.lam=0.9",
+                                            "critic.lr=1e-4", "algorithm.target_kl=0.05"])
+    assert (config.algorithm.advantage, config.algorithm.lam, config.critic.lr) == ("gae", 0.9, 1e-4)
+    baseline = build_config(RunConfig, BASE, ["algorithm.preset=reinforce_baseline"]).algorithm
+    assert (baseline.policy_loss, baseline.lam, baseline.value_clip, baseline.ppo_epochs) == ("vanilla", 1.0, None, 1)
+
+
+def test_a_saved_critic_free_config_loads_back_with_its_default_critic_section(tmp_path):
+    """Every default is written out, the critic's too: reading it back must not count as setting them."""
+    save_config(build_config(RunConfig, BASE, []), tmp_path / "config.yaml")
+    assert "critic" in yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert load_config(RunConfig, tmp_path / "config.yaml").algorithm.preset == "grpo"
+
+
 def test_overrides_parse_yaml_values_and_index_lists():
     assert parse_overrides(["a.b=3", "a.c=[1, 2]", "d=null", "e=true"]) == {"a": {"b": 3, "c": [1, 2]}, "d": None, "e": True}
     config = build_config(RunConfig, BASE, ["data.0.task=arithmetic", "data.1.task=arithmetic", "data.1.weight=3"])

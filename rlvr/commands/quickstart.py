@@ -19,12 +19,15 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--out", default=None, help="run folder (default: runs/quickstart-<timestamp>)")
     p.add_argument("--seed", type=int, default=0, help="seed for the model, data order and sampling")
-    p.add_argument("--steps", type=int, default=None, help=f"GRPO steps (default: the packaged config's {load_packaged('quickstart.yaml')['train']['steps']})")
+    p.add_argument("--algorithm", choices=["grpo", "ppo"], default="grpo",
+                   help="the RL stage: grpo (group baselines, rlvr/configs/quickstart.yaml) or ppo (a learned critic, "
+                   "rlvr/configs/quickstart_ppo.yaml)")
+    p.add_argument("--steps", type=int, default=None, help=f"RL steps (default: the packaged config's {load_packaged('quickstart.yaml')['train']['steps']})")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress reports at all (without a terminal they are plain lines every few steps anyway)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier quickstart in --out (else refused)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of the GRPO stage's config, e.g. train.prompts_per_step=16")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of the RL stage's config, e.g. train.prompts_per_step=16")
     p.set_defaults(func=run)
 
 
@@ -32,5 +35,5 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.quickstart import quickstart
 
     quickstart(args.out, seed=args.seed, steps=args.steps, device=args.device, progress=not args.no_progress,
-               overrides=args.overrides, overwrite=args.overwrite)
+               overrides=args.overrides, overwrite=args.overwrite, algorithm=args.algorithm)
     return 0
