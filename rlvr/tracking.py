@@ -111,8 +111,10 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "") -> Path | None:
-    """Draw the standard panels (reward, accuracy, KL, entropy, length, clipping) per step to a PNG."""
+def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "",
+                 panels: list[tuple[str, list[str]]] | None = None) -> Path | None:
+    """Draw the standard panels (reward, accuracy, KL, entropy, length, clipping) per step to a PNG;
+    ``panels`` (up to six ``(title, metric keys)``) replaces them for recipes that log other metrics."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -122,7 +124,7 @@ def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "")
     if not records:
         return None
     fig, axes = plt.subplots(2, 3, figsize=(14, 7))
-    for ax, (name, keys) in zip(axes.flat, PLOT_PANELS):
+    for ax, (name, keys) in zip(axes.flat, panels or PLOT_PANELS):
         drawn = False
         for key in keys:
             points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]

@@ -16,7 +16,7 @@ DPO (Rafailov et al. 2023): the policy is its own reward model, r(x, y) = beta *
     cDPO:            L = -(1 - eps) log sigmoid(beta * h) - eps log sigmoid(-beta * h)   (labels flipped w.p. eps)
     ipo (IPO):       L = (h - 1 / (2 * beta))^2
 
-The variants are functions in the ``DPO_LOSSES`` registry (config field ``algorithm.loss`` of
+The variants are functions in the ``DPO_LOSSES`` registry (config field ``dpo.loss`` of
 ``rlvr dpo``); reward ensembles are in ``REWARD_ENSEMBLES``.
 """
 
