@@ -99,8 +99,9 @@ def _hub_rows(name: str, split: str):
 def _pair(record: Record, names: dict[str, str]) -> PreferencePair:
     if record.error is not None:
         raise DataError(record.where, None, record.error)
-    chosen = record.get(names["chosen"], kind=(str, list))
-    rejected = record.get(names["rejected"], kind=(str, list))
+    # an empty reply is a reply (a model that stops at once): allowed, unlike a missing one
+    chosen = record.get(names["chosen"], kind=(str, list), allow_empty=True)
+    rejected = record.get(names["rejected"], kind=(str, list), allow_empty=True)
     prompt = record.get(names["prompt"], kind=(str, list), required=False)
     if prompt is None:  # whole conversations: the prompt is what chosen and rejected share
         if not (isinstance(chosen, list) and isinstance(rejected, list) and len(chosen) > 1

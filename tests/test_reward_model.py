@@ -29,15 +29,16 @@ def _write(path, rows):
 def test_the_accepted_shapes_of_a_pair(tmp_path):
     rows = [
         {"prompt": "1+1=", "chosen": "2", "rejected": "3"},
+        {"prompt": "0+0=", "chosen": "0", "rejected": ""},  # an empty reply (the model stopped at once) is a reply
         {"prompt": [{"role": "system", "content": "Add."}, {"role": "user", "content": "2+2="}],
          "chosen": [{"role": "assistant", "content": "4"}], "rejected": [{"role": "assistant", "content": "5"}]},
         {"chosen": [{"role": "user", "content": "3+3="}, {"role": "assistant", "content": "6"}],  # no prompt field
          "rejected": [{"role": "user", "content": "3+3="}, {"role": "assistant", "content": "7"}]},
     ]
     pairs = load_preferences(str(_write(tmp_path / "p.jsonl", rows)))
-    assert [(p.prompt[-1]["content"], p.chosen, p.rejected) for p in pairs] == [("1+1=", "2", "3"), ("2+2=", "4", "5"),
+    assert [(p.prompt[-1]["content"], p.chosen, p.rejected) for p in pairs] == [("1+1=", "2", "3"), ("0+0=", "0", ""), ("2+2=", "4", "5"),
                                                                                ("3+3=", "6", "7")]
-    assert pairs[0].prompt == [{"role": "user", "content": "1+1="}] and pairs[1].prompt[0]["role"] == "system"
+    assert pairs[0].prompt == [{"role": "user", "content": "1+1="}] and pairs[2].prompt[0]["role"] == "system"
     assert pairs[0].where.endswith("p.jsonl:1")
 
 
@@ -54,7 +55,7 @@ def test_column_mapping_and_parquet(tmp_path):
 @pytest.mark.parametrize("row, message", [
     ({"prompt": "a", "chosen": "b"}, r"p\.jsonl:2: field 'rejected': missing"),
     ({"prompt": "a", "chosen": 3.5, "rejected": "c"}, r"p\.jsonl:2: field 'chosen': expected"),
-    ({"prompt": "a", "chosen": "", "rejected": "c"}, r"p\.jsonl:2: field 'chosen': is empty"),
+    ({"prompt": "", "chosen": "b", "rejected": "c"}, r"p\.jsonl:2: field 'prompt': is empty"),
     ({"prompt": "a", "chosen": [{"role": "user", "content": "x"}], "rejected": "c"},
      r"p\.jsonl:2: field 'chosen': message 0 has role 'user'"),
     ({"prompt": [{"role": "user"}], "chosen": "b", "rejected": "c"}, r"p\.jsonl:2: field 'prompt': message 0 must"),
