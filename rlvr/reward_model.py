@@ -93,13 +93,10 @@ def collate_completions(prompts: Sequence[list[int]], completions: Sequence[list
 
 class RewardModel:
     """A trained reward model (a ``rlvr train-rm`` run's ``final/``, or any one-label
-    sequence-classification folder) that scores completions in batches.
-
-    Example::
-
-        rm = RewardModel("runs/rm/final", device="cpu")
-        rm.score([prompt_ids], [completion_ids_with_eos])  # tensor([1.73])
-    """
+    sequence-classification folder) that scores completions in batches of ``batch_size``:
+    ``RewardModel(run / "final").score(prompt_ids_list, completion_ids_list)`` -> ``[N]`` rewards,
+    with prompts encoded by :class:`rlvr.suites.PromptEncoder` and completions as generated
+    (ending with EOS when the model stopped)."""
 
     def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 64, dtype: str = "float32"):
         folder = check_model_folder(path, "reward model")
