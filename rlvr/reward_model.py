@@ -111,6 +111,8 @@ class RewardModel:
             from transformers import AutoModelForSequenceClassification
 
             self.model = AutoModelForSequenceClassification.from_pretrained(str(folder), dtype=resolve_dtype(dtype)).to(device)
+            if self.model.config.pad_token_id is None:  # a folder from elsewhere: batches need it to find the last token
+                self.model.config.pad_token_id = self.pad_id
         self.model.eval().requires_grad_(False)
 
     @torch.no_grad()

@@ -88,3 +88,26 @@ def test_dpo_config_errors():
         build_config(DPOConfig, {"model": {"path": "m"}})
     with pytest.raises(ConfigError, match=r"dpo\.betaa: unknown key"):
         build_config(DPOConfig, base, ["dpo.betaa=1"])
+
+
+@pytest.mark.slow
+def test_end_to_end_pairs_then_reward_model_then_dpo(taught_model, tmp_path):
+    """`rlvr preferences` -> `rlvr train-rm` (logprob head) -> `rlvr dpo` on 1-digit addition (~30 s)."""
+    pairs = tmp_path / "pairs.jsonl"
+    assert main(["preferences", "--model", str(taught_model), "--task", "arithmetic", "--task-option", "style=bare",
+                 "--task-option", "max_digits=1", "--out", str(pairs), "--samples", "8", "--limit", "300",
+                 "--max-new-tokens", "3", "--workers", "0", "--pairs-per-prompt", "2"]) == 0
+    common = [f"model.path={taught_model}", f"data.path={pairs}", "train.threads=1", "log.progress=false"]
+    rm_cfg, dpo_cfg = tmp_path / "rm.yaml", tmp_path / "dpo.yaml"
+    rm_cfg.write_text(json.dumps({"head": "logprob", "optim": {"lr": 3e-4}, "train": {"epochs": 3, "batch_size": 32}}))
+    assert main(["train-rm", str(rm_cfg), *common, "--out", str(tmp_path / "rm")]) == 0
+    rm = json.loads((tmp_path / "rm" / "summary.json").read_text())
+    assert rm["pairwise_accuracy"] > rm["pairwise_accuracy_before"] and rm["pairwise_accuracy"] >= 0.8
+    dpo_cfg.write_text(json.dumps({"dpo": {"beta": 0.1, "nll_coef": 1.0}, "optim": {"lr": 3e-4},
+                                   "train": {"epochs": 2, "batch_size": 32},
+                                   "eval": {"task": "arithmetic", "split": "train", "limit": 100, "max_new_tokens": 3,
+                                            "options": {"style": "bare", "max_digits": 1}}}))  # 1-digit test: 9 problems
+    assert main(["dpo", str(dpo_cfg), *common, "--out", str(tmp_path / "dpo")]) == 0
+    summary = json.loads((tmp_path / "dpo" / "summary.json").read_text())
+    assert summary["implicit_accuracy"] > 0.6
+    assert summary["gold_accuracy_after"] >= summary["gold_accuracy_before"] - 0.05
