@@ -217,7 +217,8 @@ def build_preferences(
     verifier, and write up to ``pairs_per_prompt`` pairs (a passing completion chosen, a failing one
     rejected, distinct texts) per problem to the JSONL file ``out``. Completions whose verification
     timed out or errored, and completions cut off at ``max_new_tokens`` (a pair's texts are trained
-    with EOS appended, which would make a cut-off answer look finished), are in neither pool. Returns counts (also printed by the command)."""
+    with EOS appended, which would make a cut-off answer look finished), are in neither pool.
+    Returns counts (also printed by the command)."""
     from rlvr.engines import SamplingParams, build_engine
     from rlvr.evaluate import evaluate
     from rlvr.models import check_model_folder, load_policy, load_tokenizer

@@ -13,7 +13,8 @@ def add_parser(subparsers) -> None:
         help="make preference pairs: sample completions per prompt, verify them, pair a passing with a failing one",
         description="Sample --samples completions per problem of a task suite from a model (hf engine), score them with "
         "each problem's verifier, and write JSONL lines {id, prompt, chosen, rejected}: chosen passes the verifier, "
-        "rejected fails it, both answer the same prompt; completions cut off at --max-new-tokens are left out. Problems whose samples all pass or all fail give no pair. "
+        "rejected fails it, both answer the same prompt; completions cut off at --max-new-tokens are left out. "
+        "Problems whose samples all pass or all fail give no pair. "
         "The file is the input of `rlvr train-rm` and `rlvr dpo` (data.path).",
     )
     p.add_argument("--model", required=True, help="local Hugging Face model folder that samples the completions")
@@ -51,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         device=args.device, workers=args.workers, batch_prompts=args.batch_prompts,
     )
     print(f"{stats['problems']} problems x {stats['samples']} samples: {stats['sample_accuracy']:.3f} of the samples pass; "
-          f"{stats['truncated']} were cut off at --max-new-tokens (left out); {stats['prompts_with_pair']} problems gave a pair; wrote {stats['pairs']} pairs to {stats['out']}")
+          f"{stats['truncated']} were cut off at --max-new-tokens (left out); {stats['prompts_with_pair']} problems "
+          f"gave a pair; wrote {stats['pairs']} pairs to {stats['out']}")
     if not stats["pairs"]:
         print("no pairs: every problem's samples all passed or all failed (try more --samples, another --temperature, "
               "or a model that is right part of the time)")
