@@ -112,9 +112,10 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "",
-                 panels: list[tuple[str, list[str]]] = PLOT_PANELS) -> Path | None:
-    """Draw ``panels`` (default: reward, accuracy, KL, entropy, length, clipping) per step to a PNG,
-    three panels to a row."""
+                 panels: list[tuple[str, list[str]]] | None = None) -> Path | None:
+    """Draw ``panels`` (``(title, metric keys)`` pairs; default: reward, accuracy, KL, entropy,
+    length, clipping) per step to a PNG, three panels to a row."""
+    panels = panels or PLOT_PANELS
     import matplotlib
 
     matplotlib.use("Agg")

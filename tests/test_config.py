@@ -129,7 +129,9 @@ def test_missing_and_malformed_files(tmp_path):
 @pytest.mark.parametrize("name", packaged_names())
 def test_packaged_example_configs_validate(name):
     raw = load_packaged(name)
-    cls = SFTConfig if "sft" in name else RunConfig
+    from rlvr.config import DPOConfig, RewardModelConfig
+
+    cls = SFTConfig if "sft" in name else RewardModelConfig if "_rm" in name else DPOConfig if "dpo" in name else RunConfig
     config = build_config(cls, raw, ["model.path=some/model"], source=name)
     assert config.model.path == "some/model"
 
