@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from rlvr.algorithms.preference import bradley_terry_loss
-from rlvr.checkpoint import load_trainer_state, resume_checkpoint, save_checkpoint
+from rlvr.checkpoint import restore_states, resume_checkpoint, save_checkpoint
 from rlvr.config import RewardModelConfig, save_config
 from rlvr.logprobs import completion_logprobs
 from rlvr.models import check_model_folder, context_length, is_lora, load_policy, load_tokenizer, resolve_dtype
@@ -35,7 +35,7 @@ from rlvr.preferences import TokenizedPair, load_preference_data, tokenize_pairs
 from rlvr.progress import make_progress
 from rlvr.run_folder import prepare_run_folder
 from rlvr.runtime import (build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything,
-                          set_rng_state, set_threads)
+                          set_threads)
 from rlvr.tracking import Tracker, plot_metrics
 
 HEAD_FILE = "reward_model.json"
@@ -242,10 +242,7 @@ def train(config: RewardModelConfig, *, overwrite: bool = False, resume: bool = 
                       wandb_project=config.log.wandb_project, config=config.model_dump(mode="json"))
     first_step, started, before = 1, time.perf_counter(), None
     if checkpoint is not None:
-        state = load_trainer_state(checkpoint)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"])
+        state = restore_states(checkpoint, {"optimizer": optimizer, "scheduler": scheduler})
         first_step, before = state["step"] + 1, state.get("eval_before")
         tracker.truncate(state["step"])
         print(f"resumed from {checkpoint} (step {state['step']})", flush=True)
@@ -281,7 +278,8 @@ def train(config: RewardModelConfig, *, overwrite: bool = False, resume: bool = 
             progress.set_postfix(loss=f"{sums['loss']:.3f}", acc=f"{sums['pairwise_accuracy']:.2f}")
             progress.update(1)
         if config.checkpoint.every and step % config.checkpoint.every == 0 and step != total_steps:
-            save_checkpoint(run_dir, step, model=model, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
+            save_checkpoint(run_dir, step, models={"policy": model}, tokenizer=tokenizer,
+                            states={"optimizer": optimizer, "scheduler": scheduler},
                             extra={"eval_before": before}, keep=config.checkpoint.keep)
     if progress is not None:
         progress.close()
@@ -290,7 +288,8 @@ def train(config: RewardModelConfig, *, overwrite: bool = False, resume: bool = 
     after = evaluate_pairs(model, config.head, eval_data, pad_id, config.eval.batch_size, margin) if eval_data else None
     if after is not None:
         tracker.log(total_steps, {f"eval/{k}": v for k, v in after.items()})
-    save_checkpoint(run_dir, total_steps, model=model, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
+    save_checkpoint(run_dir, total_steps, models={"policy": model}, tokenizer=tokenizer,
+                    states={"optimizer": optimizer, "scheduler": scheduler},
                     extra={"eval_before": before}, keep=config.checkpoint.keep)
     final = save_reward_model(model, tokenizer, run_dir / "final", config.head)
     tracker.close()
