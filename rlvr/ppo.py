@@ -90,14 +90,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                           gradient_checkpointing=config.model.gradient_checkpointing)
     reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device))
     engine, sync = start_engine(config.engine, policy, tokenizer, dtype=config.model.dtype, context=context)
-    o = config.optim
-    optimizer = build_optimizer(policy_parameters(policy, critic), lr=o.lr,
-                                weight_decay=o.weight_decay, betas=o.betas)
-    scheduler = build_scheduler(optimizer, total=t.steps, warmup=o.warmup_steps, schedule=o.schedule, min_ratio=o.min_lr_ratio)
-    critic_optimizer = build_optimizer(critic.trainable_parameters(), lr=config.critic.lr or o.lr,
-                                       weight_decay=o.weight_decay, betas=o.betas)
-    critic_scheduler = build_scheduler(critic_optimizer, total=t.steps, warmup=o.warmup_steps, schedule="constant",
-                                       min_ratio=1.0)
+    optimizer, scheduler, critic_optimizer, critic_scheduler = _optimizers(config, policy, critic)
     kl_ctl = (AdaptiveKLController(algo.beta, algo.target_kl, algo.kl_horizon) if algo.target_kl
               else FixedKLController(algo.beta))
     sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k)
@@ -335,6 +328,19 @@ def update_actor_critic(policy, critic: ValueModel, batch: Batch, optimizer, cri
     })
     out.update(mismatch.metrics())
     return out
+
+
+def _optimizers(config: RunConfig, policy, critic: ValueModel):
+    """``(optimizer, scheduler, critic_optimizer, critic_scheduler)``: the critic has its own learning
+    rate (``critic.lr``, default ``optim.lr``), constant after the warm-up."""
+    o, steps = config.optim, config.train.steps
+    optimizer = build_optimizer(policy_parameters(policy, critic), lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
+    scheduler = build_scheduler(optimizer, total=steps, warmup=o.warmup_steps, schedule=o.schedule, min_ratio=o.min_lr_ratio)
+    critic_optimizer = build_optimizer(critic.trainable_parameters(), lr=config.critic.lr or o.lr,
+                                       weight_decay=o.weight_decay, betas=o.betas)
+    critic_scheduler = build_scheduler(critic_optimizer, total=steps, warmup=o.warmup_steps, schedule="constant",
+                                       min_ratio=1.0)
+    return optimizer, scheduler, critic_optimizer, critic_scheduler
 
 
 def _evaluate(engine, encode, eval_suites, runner, config: RunConfig) -> dict[str, float]:

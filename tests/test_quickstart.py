@@ -57,3 +57,20 @@ def test_quickstart_improves_held_out_accuracy(tmp_path):
                              "--out", str(tmp_path / "eval")], capture_output=True, text=True, timeout=600)
     assert greedy.returncode == 0, greedy.stderr[-3000:]
     assert json.loads((tmp_path / "eval" / "summary.json").read_text())["accuracy"] == summary["accuracy_after"]
+
+
+@pytest.mark.slow
+def test_quickstart_with_ppo_learns_with_a_critic(tmp_path):
+    """`rlvr quickstart --algorithm ppo`, shortened to 150 RL steps (the full run: docs/ppo.md)."""
+    result = subprocess.run([sys.executable, "-m", "rlvr.cli", "quickstart", "--algorithm", "ppo", "--steps", "150",
+                             "--out", str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["algorithm"] == "ppo" and summary["steps"] == 150 and "ppo_wall_s" in summary
+    assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.15, summary
+    assert "before PPO" in result.stdout
+    for name in ("final/model.safetensors", "final_critic/value_head.safetensors", "metrics.png"):
+        assert (tmp_path / name).is_file(), name
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    explained = [r["critic/explained_variance"] for r in records if r["step"] > 100]
+    assert sum(explained) / len(explained) > 0.02  # the critic learns to explain some of the returns (0.06 measured)
