@@ -39,8 +39,8 @@ from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, r
 from rlvr.step_metrics import run_summary, step_metrics
 from rlvr.suites import PromptEncoder, check_verifiers, drop_overlong_prompts, load_eval_suites, load_training_suites
 from rlvr.tracking import PLOT_PANELS, Alarms, Tracker, VerifierErrors, plot_metrics
-from rlvr.update import (Mismatch, TokenMeans, UpdateSettings, masked_mean, no_grad_logprobs, policy_terms,
-                         reference_logprobs, rows_with_gradient)
+from rlvr.update import (Mismatch, TokenMeans, UpdateSettings, masked_mean, no_grad_logprobs, old_logprobs,
+                         policy_terms, reference_logprobs, rows_with_gradient)
 from rlvr.value_model import ValueModel, build_critic, policy_parameters
 from rlvr.verifiers.runner import VerifierRunner
 from rlvr.weight_sync import start_engine
@@ -220,16 +220,19 @@ def critic_targets(batch: Batch, scores: torch.Tensor, truncated: torch.Tensor, 
 
     A truncated response (``algorithm.truncation``) keeps its score (``none``), earns none (``zero``),
     or earns none and takes the critic's value after its last token as the rest of its return
-    (``bootstrap``). Log-probs are the trainer's (pi_old), never the engine's: the KL in the reward
-    must measure the policy being trained.
+    (``bootstrap``). The KL in the reward uses the trainer's log-probs (one no-grad pass, reused as
+    pi_old), never the engine's: it must measure the policy being trained.
     """
     algo, mask = s.algo, batch.response_mask
-    batch.old_logp = no_grad_logprobs(policy, batch, s.micro_batch_size, s.temperature)
     kl = seq_kl = None
     if reference.needed:
         batch.ref_logp = reference_logprobs(reference, batch, s.micro_batch_size, s.temperature)
+    if reference.needed and algo.kl_placement == "reward":
+        batch.old_logp = no_grad_logprobs(policy, batch, s.micro_batch_size, s.temperature)
         kl = KL_ESTIMATORS[algo.kl_estimator](batch.old_logp, batch.ref_logp) * mask  # [N, T]
         seq_kl = kl.sum(dim=1)
+    elif not s.single_pass:  # pi_old for the epochs: the engine's where it is exact, else one pass
+        batch.old_logp = old_logprobs(policy, batch, s)
     values, after_last = [], []
     for start in range(0, len(batch), s.micro_batch_size):
         part = batch.select(torch.arange(start, min(start + s.micro_batch_size, len(batch)), device=mask.device))
@@ -237,8 +240,7 @@ def critic_targets(batch: Batch, scores: torch.Tensor, truncated: torch.Tensor, 
         values.append(v)
         after_last.append(v_after)
     batch.old_values = torch.cat(values) * mask  # [N, T]
-    in_reward = beta if algo.kl_placement == "reward" else 0.0
-    rewards = token_rewards(scores, mask, kl=kl, beta=in_reward, truncated=truncated,
+    rewards = token_rewards(scores, mask, kl=kl, beta=beta, truncated=truncated,
                             truncation="none" if algo.truncation == "none" else "zero")
     last_values = torch.cat(after_last) * truncated.float() if algo.truncation == "bootstrap" else None
     advantages, batch.returns = gae(rewards, batch.old_values, mask, gamma=algo.gamma, lam=algo.lam,
