@@ -244,10 +244,12 @@ def test_unknown_engine_options_are_named(full):
         build_engine("vllm", policy, tokenizer, gpu_util=0.5)
 
 
-@pytest.mark.parametrize("lora", [False, True])
-def test_a_short_training_run_with_the_vllm_engine(vllm_model, tmp_path, lora):
-    from rlvr import grpo
+@pytest.mark.parametrize("preset, lora", [("grpo", False), ("grpo", True), ("ppo", True)])
+def test_a_short_training_run_with_the_vllm_engine(vllm_model, tmp_path, preset, lora):
+    """GRPO full and LoRA; PPO with LoRA, where the critic's value adapter shares the policy's base
+    and must never reach the engine (the canary would see it)."""
     from rlvr.config import RunConfig, build_config
+    from rlvr.recipes import train
 
     overrides = {
         "out": str(tmp_path / "run"), "model": {"path": str(vllm_model)},
@@ -255,11 +257,11 @@ def test_a_short_training_run_with_the_vllm_engine(vllm_model, tmp_path, lora):
         "engine": {"name": "vllm"}, "generation": {"max_new_tokens": 4},
         "train": {"steps": 3, "prompts_per_step": 4, "group_size": 4},
         "optim": {"lr": 3e-3 if lora else 1e-3}, "eval": {"every": 0, "at_start": False, "limit": 8},
-        "log": {"progress": False, "plot_every": 0},
+        "log": {"progress": False, "plot_every": 0}, "algorithm": {"preset": preset},
     }
     if lora:
         overrides["model"]["lora"] = {"r": 8}
-    summary = grpo.train(build_config(RunConfig, overrides))
+    summary = train(build_config(RunConfig, overrides))
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if r["step"] > 0]
     assert [r["step"] for r in steps] == [1, 2, 3] and summary["steps"] == 3

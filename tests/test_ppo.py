@@ -96,6 +96,25 @@ def test_a_lora_critic_is_a_value_adapter_on_the_policys_own_base(taught_model):
     assert policy.active_adapter == "default"
 
 
+def test_a_critic_started_from_a_reward_model_scores_a_whole_sequence_as_the_reward_model_does(taught_model, tmp_path):
+    """critic.path = a one-label sequence-classification folder: its body and its score layer become
+    the critic's, so the value after the last token is the reward model's score."""
+    from transformers import AutoModelForSequenceClassification
+
+    from rlvr.models import load_policy
+    from rlvr.value_model import build_critic
+
+    rm = AutoModelForSequenceClassification.from_pretrained(taught_model, num_labels=1)
+    torch.nn.init.normal_(rm.score.weight)
+    rm.save_pretrained(tmp_path / "rm")
+    critic = build_critic(load_policy(taught_model), path=tmp_path / "rm")
+    torch.testing.assert_close(critic.head.weight, rm.score.weight)
+    ids = torch.randint(3, 20, (3, 7))
+    with torch.no_grad():
+        _, whole = critic(ids, torch.ones_like(ids), 2, with_bootstrap=True)
+        torch.testing.assert_close(whole, rm(input_ids=ids).logits.squeeze(-1), rtol=1e-4, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------
 # Targets: per-token rewards, GAE, truncation
 # ---------------------------------------------------------------------------------------------
