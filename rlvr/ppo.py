@@ -262,55 +262,33 @@ def update_actor_critic(policy, critic: ValueModel, batch: Batch, optimizer, cri
         L_policy = policy_loss(logp, old_logp, A) [+ beta KL in the loss] [- c_H entropy]
         L_critic = value_coef * token_mean(1/2 max((V - R)^2, (clip(V, V_old +- c) - R)^2))
 
-    With ``algorithm.early_stop_kl`` the step stops (both networks) once a minibatch's approx KL to
-    the rollout policy exceeds it.
+    With ``algorithm.early_stop_kl`` the step ends, before the optimizer steps on it, at the first
+    minibatch (after the first) whose approximate KL to the rollout policy exceeds the bound.
     """
     algo = s.algo
     n = len(batch)
     minibatch_size = math.ceil(n / algo.minibatches)
-    policy_params = policy_parameters(policy, critic)
-    critic_params = critic.trainable_parameters()
+    policy_params, critic_params = policy_parameters(policy, critic), critic.trainable_parameters()
     means, critic_means, mismatch = TokenMeans(), TokenMeans(), Mismatch()
     pg_total, value_total, grad_norms, critic_norms, stopped = 0.0, 0.0, [], [], 0.0
     for epoch in range(algo.ppo_epochs):
         order = torch.randperm(n) if not s.single_pass else torch.arange(n)
         for start in range(0, n, minibatch_size):
             minibatch = batch.select(order[start : start + minibatch_size].to(batch.input_ids.device))
-            real = minibatch.response_mask
-            agg = dict(num_seqs=len(minibatch), num_tokens=float(real.sum()))
-            kl_before = TokenMeans()
-            # -- the policy
+            # -- the policy: gradients, then the KL check, then the step
             optimizer.zero_grad(set_to_none=False)
-            rows = rows_with_gradient(minibatch, algo)
-            for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():
-                micro = minibatch.select(micro_rows)
-                part = policy_terms(policy, micro, s, **agg)
-                part.loss.backward()
-                pg_total += part.pg_loss
-                if not grad_norms:  # before any step
-                    mismatch.add(part.logp, micro)
-                means.add(part.terms, float(micro.response_mask.sum()))
-                kl_before.add({"kl": part.terms["train/approx_kl_old"]}, float(micro.response_mask.sum()))
+            pg_loss, approx_kl = _policy_gradients(policy, minibatch, s, means, mismatch if not grad_norms else None)
+            if grad_norms and algo.early_stop_kl is not None and approx_kl > algo.early_stop_kl:
+                stopped = 1.0  # far enough from the rollout policy: this minibatch's gradient is dropped
+                break
+            pg_total += pg_loss
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(policy_params, s.grad_clip)))
             optimizer.step()
             # -- the critic
             critic_optimizer.zero_grad(set_to_none=False)
-            rows = (real.sum(dim=1) > 0).nonzero().squeeze(1)
-            for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():
-                micro = minibatch.select(micro_rows)
-                values = critic(micro.input_ids, micro.attention_mask, micro.completion_len)
-                loss_t, clipped = clipped_value_loss_per_token(values, micro.old_values, micro.returns,
-                                                               micro.response_mask, clip=algo.value_clip or math.inf)
-                loss = algo.value_coef * aggregate(loss_t, micro.response_mask, "token_mean", max_len=s.max_len, **agg)
-                loss.backward()
-                value_total += loss.item() / algo.value_coef
-                critic_means.add({"critic/value_clip_frac": masked_mean(clipped.float(), micro.response_mask)},
-                                 float(micro.response_mask.sum()))
+            value_total += _critic_gradients(critic, minibatch, s, critic_means)
             critic_norms.append(float(torch.nn.utils.clip_grad_norm_(critic_params, s.grad_clip)))
             critic_optimizer.step()
-            if algo.early_stop_kl is not None and kl_before.means().get("kl", 0.0) > algo.early_stop_kl:
-                stopped = 1.0
-                break
         if stopped:
             break
     steps = len(grad_norms)
@@ -330,6 +308,46 @@ def update_actor_critic(policy, critic: ValueModel, batch: Batch, optimizer, cri
     })
     out.update(mismatch.metrics())
     return out
+
+
+def _policy_gradients(policy, minibatch: Batch, s: UpdateSettings, means: TokenMeans,
+                      mismatch: Mismatch | None) -> tuple[float, float]:
+    """Accumulate the policy loss's gradients over ``minibatch``'s micro-batches; returns the loss and
+    the token-weighted approximate KL to the rollout policy, both before any step on this minibatch."""
+    agg = dict(num_seqs=len(minibatch), num_tokens=float(minibatch.response_mask.sum()))
+    pg_loss, kl = 0.0, TokenMeans()
+    rows = rows_with_gradient(minibatch, s.algo)
+    for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():
+        micro = minibatch.select(micro_rows)
+        part = policy_terms(policy, micro, s, **agg)
+        part.loss.backward()
+        pg_loss += part.pg_loss
+        if mismatch is not None:
+            mismatch.add(part.logp, micro)
+        tokens = float(micro.response_mask.sum())
+        means.add(part.terms, tokens)
+        kl.add({"kl": part.terms["train/approx_kl_old"]}, tokens)
+    return pg_loss, kl.means().get("kl", 0.0)
+
+
+def _critic_gradients(critic: ValueModel, minibatch: Batch, s: UpdateSettings, means: TokenMeans) -> float:
+    """Accumulate the value loss's gradients over ``minibatch``'s micro-batches; returns the loss
+    (without ``value_coef``)."""
+    algo, real = s.algo, minibatch.response_mask
+    agg = dict(num_seqs=len(minibatch), num_tokens=float(real.sum()), max_len=s.max_len)
+    total = 0.0
+    rows = (real.sum(dim=1) > 0).nonzero().squeeze(1)
+    for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():
+        micro = minibatch.select(micro_rows)
+        values = critic(micro.input_ids, micro.attention_mask, micro.completion_len)  # [n, T]
+        loss_t, clipped = clipped_value_loss_per_token(values, micro.old_values, micro.returns, micro.response_mask,
+                                                       clip=algo.value_clip or math.inf)
+        loss = aggregate(loss_t, micro.response_mask, "token_mean", **agg)
+        (algo.value_coef * loss).backward()
+        total += loss.item()
+        means.add({"critic/value_clip_frac": masked_mean(clipped.float(), micro.response_mask)},
+                  float(micro.response_mask.sum()))
+    return total
 
 
 def _optimizers(config: RunConfig, policy, critic: ValueModel):

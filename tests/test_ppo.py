@@ -250,3 +250,16 @@ def test_rlvr_train_runs_ppo_when_the_preset_asks_for_it(taught_model, tmp_path,
     cfg.write_text(yaml.safe_dump(_config(taught_model, tmp_path / "run", "train.steps=1").model_dump(mode="json")))
     assert main(["train", str(cfg)]) == 0
     assert "critic/explained_variance" in read_metrics(tmp_path / "run" / "metrics.jsonl")[-1]
+
+
+def test_early_stop_on_kl_drops_the_minibatch_that_went_too_far(taught_model, tmp_path):
+    """2 epochs x 2 minibatches: the first minibatch steps (the policy is the rollout policy, KL ~0);
+    the second sees the moved policy, its KL exceeds a tiny bound, and the step ends there."""
+    ppo.train(_config(taught_model, tmp_path, "algorithm.early_stop_kl=1e-4", "train.steps=2", "eval.at_start=false",
+                      "eval.at_end=false"))
+    for step in read_metrics(tmp_path / "metrics.jsonl"):
+        assert step["train/early_stopped"] == 1 and step["train/optimizer_steps"] == 1
+    ppo.train(_config(taught_model, tmp_path / "loose", "algorithm.early_stop_kl=10", "train.steps=1",
+                      "eval.at_start=false", "eval.at_end=false"))
+    step = read_metrics(tmp_path / "loose" / "metrics.jsonl")[0]
+    assert step["train/early_stopped"] == 0 and step["train/optimizer_steps"] == 4
