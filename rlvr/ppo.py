@@ -39,8 +39,8 @@ from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, r
 from rlvr.step_metrics import run_summary, step_metrics
 from rlvr.suites import PromptEncoder, check_verifiers, drop_overlong_prompts, load_eval_suites, load_training_suites
 from rlvr.tracking import PLOT_PANELS, Alarms, Tracker, VerifierErrors, plot_metrics
-from rlvr.update import (Mismatch, TokenMeans, UpdateSettings, masked_mean, no_grad_logprobs, old_logprobs,
-                         policy_terms, reference_logprobs, rows_with_gradient)
+from rlvr.update import (Mismatch, TokenMeans, UpdateSettings, global_counts, masked_mean, no_grad_logprobs,
+                         old_logprobs, policy_terms, reference_logprobs, rows_with_gradient)
 from rlvr.value_model import ValueModel, build_critic, policy_parameters
 from rlvr.verifiers.runner import VerifierRunner
 from rlvr.weight_sync import start_engine
@@ -282,11 +282,13 @@ def update_actor_critic(policy, critic: ValueModel, batch: Batch, optimizer, cri
                 stopped = 1.0  # far enough from the rollout policy: this minibatch's gradient is dropped
                 break
             pg_total += pg_loss
+            s.dist.sum_gradients(policy_params)
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(policy_params, s.grad_clip)))
             optimizer.step()
             # -- the critic
             critic_optimizer.zero_grad(set_to_none=False)
             value_total += _critic_gradients(critic, minibatch, s, critic_means)
+            s.dist.sum_gradients(critic_params)
             critic_norms.append(float(torch.nn.utils.clip_grad_norm_(critic_params, s.grad_clip)))
             critic_optimizer.step()
         if stopped:
@@ -313,8 +315,9 @@ def update_actor_critic(policy, critic: ValueModel, batch: Batch, optimizer, cri
 def _policy_gradients(policy, minibatch: Batch, s: UpdateSettings, means: TokenMeans,
                       mismatch: Mismatch | None) -> tuple[float, float]:
     """Accumulate the policy loss's gradients over ``minibatch``'s micro-batches; returns the loss and
-    the token-weighted approximate KL to the rollout policy, both before any step on this minibatch."""
-    agg = dict(num_seqs=len(minibatch), num_tokens=float(minibatch.response_mask.sum()))
+    the token-weighted approximate KL to the rollout policy (over all ranks: they must all stop
+    together), both before any step on this minibatch."""
+    agg = global_counts(minibatch, s.dist)
     pg_loss, kl = 0.0, TokenMeans()
     rows = rows_with_gradient(minibatch, s.algo)
     for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():
@@ -327,14 +330,14 @@ def _policy_gradients(policy, minibatch: Batch, s: UpdateSettings, means: TokenM
         tokens = float(micro.response_mask.sum())
         means.add(part.terms, tokens)
         kl.add({"kl": part.terms["train/approx_kl_old"]}, tokens)
-    return pg_loss, kl.means().get("kl", 0.0)
+    return pg_loss, s.dist.sum(kl.sums.get("kl", 0.0)) / max(s.dist.sum(kl.weight), 1e-9)
 
 
 def _critic_gradients(critic: ValueModel, minibatch: Batch, s: UpdateSettings, means: TokenMeans) -> float:
     """Accumulate the value loss's gradients over ``minibatch``'s micro-batches; returns the loss
     (without ``value_coef``)."""
     algo, real = s.algo, minibatch.response_mask
-    agg = dict(num_seqs=len(minibatch), num_tokens=float(real.sum()), max_len=s.max_len)
+    agg = global_counts(minibatch, s.dist) | {"max_len": s.max_len}
     total = 0.0
     rows = (real.sum(dim=1) > 0).nonzero().squeeze(1)
     for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():

@@ -1,4 +1,5 @@
-"""Devices, seeds, RNG state (for exact resume), optimizer and learning-rate schedule."""
+"""Devices, seeds, RNG state (for exact resume), optimizer and learning-rate schedule, and the ranks of a
+data-parallel run (``init_distributed``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 import os
 import random
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -153,3 +155,88 @@ def build_scheduler(optimizer, *, total: int, warmup: int, schedule: str, min_ra
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_multiplier(s, total=total, warmup=warmup, schedule=schedule, min_ratio=min_ratio)
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Data-parallel runs (torchrun): the one place that knows about ranks
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """This process's place in a data-parallel run; a single process is rank 0 of 1, and every
+    method is then a no-op, so the recipes call them unconditionally.
+
+    Each rank holds a full copy of the model, takes whole groups of the step's prompts, and
+    accumulates its gradients locally over any number of micro-batches (ranks may compute different
+    numbers of rows: zero-advantage rows are skipped); :meth:`sum_gradients` then adds them across
+    ranks once per optimizer step. Losses are normalised by global counts (:meth:`sum`), so the
+    summed gradient is the gradient of the whole batch's loss, for every aggregation mode.
+    """
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def sum(self, value: float) -> float:
+        """``value`` added over all ranks."""
+        if self.world_size == 1:
+            return value
+        tensor = torch.tensor([float(value)], dtype=torch.float64)
+        torch.distributed.all_reduce(tensor)
+        return float(tensor.item())
+
+    def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """Add every parameter's gradient over all ranks (one collective, a flat buffer)."""
+        if self.world_size == 1:
+            return
+        for p in params:
+            if p.grad is None:  # a rank that computed no row this step still takes part
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        torch.distributed.all_reduce(flat)
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p.grad))
+            offset += p.numel()
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on every rank."""
+        if self.world_size == 1:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        if self.world_size == 1:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            torch.distributed.barrier()
+
+
+def init_distributed(device: str = "auto") -> Distributed:
+    """Join the run ``torchrun`` started (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` in the environment):
+    gloo on CPUs, nccl on GPUs, one GPU per local rank. Without torchrun: a single process."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    resolved = resolve_device(device)
+    if world_size == 1:
+        return Distributed(device=resolved)
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if resolved.type == "cuda":
+        resolved = torch.device("cuda", local_rank)
+        torch.cuda.set_device(resolved)
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if resolved.type == "cuda" else "gloo")
+    return Distributed(rank=rank, local_rank=local_rank, world_size=world_size, device=resolved)

@@ -12,7 +12,7 @@ whole config.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,6 +20,7 @@ from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss, trunca
 from rlvr.logprobs import completion_logprobs
 from rlvr.models import Reference
 from rlvr.rollout import Batch
+from rlvr.runtime import Distributed
 
 
 @dataclass(frozen=True)
@@ -32,15 +33,16 @@ class UpdateSettings:
     micro_batch_size: int
     grad_clip: float
     old_logprobs: str  # "engine" | "recompute": where pi_old comes from when a batch is used twice
+    dist: Distributed = field(default_factory=Distributed)  # the ranks: global counts, summed gradients
 
     @classmethod
-    def from_config(cls, config) -> "UpdateSettings":
+    def from_config(cls, config, dist: Distributed | None = None) -> "UpdateSettings":
         source = config.algorithm.old_logprobs
         if source == "auto":  # the HF engine in float32 computes exactly the trainer's log-probs
             source = "engine" if config.engine.name == "hf" and config.model.dtype == "float32" else "recompute"
         return cls(algo=config.algorithm, temperature=config.generation.temperature,
                    max_len=config.generation.max_new_tokens, micro_batch_size=config.train.micro_batch_size,
-                   grad_clip=config.optim.grad_clip, old_logprobs=source)
+                   grad_clip=config.optim.grad_clip, old_logprobs=source, dist=dist or Distributed())
 
     @property
     def single_pass(self) -> bool:
@@ -161,16 +163,17 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
             minibatch = batch.select(order[start : start + minibatch_size].to(batch.input_ids.device))
             rows = rows_with_gradient(minibatch, algo)
             computed_rows += len(rows)
+            counts = global_counts(minibatch, s.dist)
             optimizer.zero_grad(set_to_none=False)  # zero tensors: a step with no active rows is a zero-gradient step
             for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():
                 micro = minibatch.select(micro_rows)
-                part = policy_terms(policy, micro, s, num_seqs=len(minibatch),
-                                    num_tokens=float(minibatch.response_mask.sum()))
+                part = policy_terms(policy, micro, s, **counts)
                 part.loss.backward()
                 loss_total, pg_total = loss_total + part.loss.item(), pg_total + part.pg_loss
                 if not grad_norms:  # before any step
                     mismatch.add(part.logp, micro)
                 means.add(part.terms, float(micro.response_mask.sum()))
+            s.dist.sum_gradients(params)
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, s.grad_clip)))
             optimizer.step()
     steps = len(grad_norms)
@@ -184,6 +187,12 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
     })
     out.update(mismatch.metrics())
     return out
+
+
+def global_counts(minibatch: Batch, dist: Distributed) -> dict[str, float]:
+    """The loss denominators of a minibatch split over ranks: sequences and loss tokens of all ranks'
+    parts together (a rank's loss is its part's numerator over these, so the losses add up)."""
+    return {"num_seqs": dist.sum(len(minibatch)), "num_tokens": dist.sum(float(minibatch.response_mask.sum()))}
 
 
 def rows_with_gradient(minibatch: Batch, algo) -> torch.Tensor:

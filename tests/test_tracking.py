@@ -68,10 +68,25 @@ def test_checkpoints_are_atomic_and_pruned(tmp_path):
     optimizer = torch.optim.AdamW(model.weight.parameters())
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     for step in (2, 4, 6):
-        save_checkpoint(tmp_path, step, model=model, tokenizer=_Saveable(), optimizer=optimizer, scheduler=scheduler,
-                        extra={"sampler": {"position": step}}, keep=2)
+        save_checkpoint(tmp_path, step, models={"policy": model, "critic": _Saveable()}, tokenizer=_Saveable(),
+                        states={"optimizer": optimizer, "scheduler": scheduler}, extra={"sampler": {"position": step}},
+                        keep=2)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000004", "step_000006"]
     (tmp_path / "checkpoints" / ".tmp_step_000008").mkdir()  # a crash mid-write leaves only a temp folder
     (tmp_path / "checkpoints" / "step_000010").mkdir()  # or a folder without its state file
     assert latest_checkpoint(tmp_path).name == "step_000006"
     assert load_trainer_state(latest_checkpoint(tmp_path))["sampler"] == {"position": 6}
+    assert (latest_checkpoint(tmp_path) / "critic" / "w.pt").is_file()  # every named model in its own folder
+    assert "optimizer" in load_trainer_state(latest_checkpoint(tmp_path))
+
+
+def test_restoring_a_checkpoint_written_by_another_recipe_names_what_is_missing(tmp_path):
+    from rlvr.checkpoint import restore_states
+    from rlvr.run_folder import RunFolderError
+
+    model = _Saveable()
+    optimizer = torch.optim.AdamW(model.weight.parameters())
+    path = save_checkpoint(tmp_path, 1, models={"policy": model}, tokenizer=_Saveable(), states={"optimizer": optimizer},
+                           extra={})
+    with pytest.raises(RunFolderError, match="holds no state for critic_optimizer"):
+        restore_states(path, {"optimizer": optimizer, "critic_optimizer": optimizer})
