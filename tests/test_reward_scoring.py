@@ -328,3 +328,45 @@ def test_a_resumed_run_keeps_the_running_normalisation(taught_model, rm_folder, 
     for a, b in zip(whole, resumed):  # the normalised rewards need the saved running statistics
         assert a["proxy/reward"] == pytest.approx(b["proxy/reward"], abs=1e-5)
         assert a["reward/mean"] == pytest.approx(b["reward/mean"], abs=1e-5)
+
+
+def test_quickstart_reward_model_wires_its_stages(tmp_path, monkeypatch, capsys):
+    """`rlvr quickstart --reward-model`: SFT -> pairs from the SFT model -> reward model -> GRPO against it
+    (each stage replaced by a stub that records what it was given)."""
+    import rlvr.models
+    import rlvr.preferences
+    import rlvr.recipes
+    import rlvr.reward_model
+    import rlvr.sft
+    from rlvr.cli import main
+
+    seen = {}
+    monkeypatch.setattr(rlvr.models, "build_tiny_model", lambda path, seed: seen.setdefault("base", path))
+    monkeypatch.setattr(rlvr.sft, "train", lambda config: {"steps": 7, "eval_accuracy": 0.3})
+
+    def preferences(model, task, out, **kwargs):
+        seen["preferences"] = (model, task, out, kwargs)
+        return {"pairs": 11, "sample_accuracy": 0.2}
+
+    def train_rm(config):
+        seen["rm"] = config
+        return {"pairwise_accuracy": 0.93, "model": str(tmp_path / "rm" / "final")}
+
+    def train_rl(config):
+        seen["rl"] = config
+        return {"accuracy_before": 0.3, "accuracy_after": 0.5, "gold_accuracy_before": 0.3, "gold_accuracy_after": 0.5,
+                "wall_s": 1.0, "alarms": []}
+
+    monkeypatch.setattr(rlvr.preferences, "build_preferences", preferences)
+    monkeypatch.setattr(rlvr.reward_model, "train", train_rm)
+    monkeypatch.setattr(rlvr.recipes, "train", train_rl)
+    assert main(["quickstart", "--reward-model", "--out", str(tmp_path), "--seed", "3", "--steps", "5", "--no-progress"]) == 0
+    model, task, out, kwargs = seen["preferences"]
+    assert model == str(tmp_path / "sft" / "final") and task == "arithmetic" and kwargs["options"]["max_digits"] == 3
+    assert seen["rm"].data.path == str(out) and seen["rm"].model.path == model and seen["rm"].head == "logprob"
+    rl = seen["rl"]
+    assert rl.reward_model.path == str(tmp_path / "rm" / "final") and rl.train.steps == 5 and rl.train.seed == 3
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["pairwise_accuracy"] == 0.93 and summary["gold_accuracy_after"] == 0.5 and "wall_s" in summary
+    printed = capsys.readouterr().out
+    assert "[5/5] GRPO against the reward model" in printed and "gold-vs-proxy alarm: never fired" in printed
