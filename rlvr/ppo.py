@@ -93,8 +93,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     engine, sync = start_engine(config.engine, policy, tokenizer, dtype=config.model.dtype, context=context)
     scorer = build_reward_scorer(config, device, tokenizer)  # a learned reward model, when configured
     optimizer, scheduler, critic_optimizer, critic_scheduler = _optimizers(config, policy, critic)
-    kl_ctl = (AdaptiveKLController(algo.beta, algo.target_kl, algo.kl_horizon) if algo.target_kl
-              else FixedKLController(algo.beta))
+    kl_ctl = AdaptiveKLController(algo.beta, algo.target_kl, algo.kl_horizon) if algo.target_kl else FixedKLController(algo.beta)
     sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k)
     settings = UpdateSettings.from_config(config)
 
@@ -126,13 +125,11 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             # ---- 1. rollout: problems -> groups -> scores --------------------------------------
             groups, rollout = collect_groups(
                 engine=engine, runner=runner, sampler=sampler, encode=encode, num_prompts=t.prompts_per_step,
-                group_size=t.group_size, sampling=sampling, verifier=config.verifier.name,
+                group_size=t.group_size, sampling=sampling, verifier=config.verifier.name, reward_model=scorer,
                 verifier_options=config.verifier.options, dynamic_sampling=False, max_resample_rounds=0,
-                reward_model=scorer,
             )
-            rewards = [r for g in groups for r in g.rewards]
-            error_frac = verifier_errors.update(
-                step, rewards, lambda i: config.verifier.name or groups[i // t.group_size].problem.verifier)
+            error_frac = verifier_errors.update(step, [r for g in groups for r in g.rewards],
+                                                lambda i: config.verifier.name or groups[i // t.group_size].problem.verifier)
             samples = sample_tensors(
                 groups, on_failure=config.verifier.on_failure, success_threshold=config.verifier.success_threshold,
                 overlong=algo.overlong, max_new_tokens=gen.max_new_tokens, overlong_buffer=algo.overlong_buffer,

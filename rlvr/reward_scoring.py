@@ -13,8 +13,9 @@ The ids are exactly the trainer's: the prompt as ``PromptEncoder`` encoded it an
 generated (with its EOS when the model stopped), as ``rlvr train-rm`` tokenised its pairs. The
 verifier's own rewards move to ``group.gold``: logged as ``gold/`` next to ``proxy/reward``, never
 optimised (the gold-vs-proxy watch). The results are ordinary :class:`Reward` objects, so advantages
-and metrics downstream do not change; their ``components`` hold the ``proxy`` and, for an
-ensemble, each member's normalised score ``rm/<i>``.
+and metrics downstream do not change; their ``components`` hold the ``proxy`` (what is optimised),
+``rm`` (the reward model's own score: the ensemble over the raw scores, before normalisation and
+clipping: what the gold is watched against) and, for an ensemble, each member's raw score ``rm/<i>``.
 """
 
 from __future__ import annotations
@@ -112,8 +113,8 @@ class RewardScorer:
         self.moments = [(0, 0.0, 0.0) for _ in self.models]  # per model: count, mean, M2
 
     def proxy(self, prompts: Sequence[list[int]], completions: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(proxy [N], normalised member scores [M, N])``; running statistics take this batch in
-        first, so the first batch is normalised by its own mean and std."""
+        """``(proxy [N], raw member scores [M, N])``; running statistics take this batch in first, so
+        the first batch is normalised by its own mean and std."""
         c = self.config
         raw = torch.stack([model.score(prompts, completions).double() for model in self.models])  # [M, N]
         if c.normalize == "running":
@@ -126,14 +127,15 @@ class RewardScorer:
         proxy = combine_rewards(z, c.ensemble, k=c.ensemble_k)  # [N]
         if c.clip is not None:
             proxy = proxy.clamp(-c.clip, c.clip)
-        return proxy.float(), z.float()
+        return proxy.float(), raw.float()
 
     def score_groups(self, groups: list[Group], runner) -> None:
         """The verifier's rewards become ``group.gold``; the combined reward model score ``group.rewards``."""
         c = self.config
         prompts = [g.prompt_ids for g in groups for _ in g.completions]
         completions = [list(comp.token_ids) for g in groups for comp in g.completions]
-        proxy, members = self.proxy(prompts, completions)
+        proxy, raw = self.proxy(prompts, completions)
+        rm = combine_rewards(raw, c.ensemble, k=c.ensemble_k)  # [N] the reward model's own score, unnormalised
         partners = (verify_groups(runner, groups, c.verifier.name, c.verifier.options) if c.verifier is not None
                     else [[None] * len(g.completions) for g in groups])
         combine = COMBINES[c.combine]
@@ -142,9 +144,9 @@ class RewardScorer:
             group.gold, group.rewards = group.rewards, []
             for partner in partner_row:
                 score, failure = combine(float(proxy[k]), partner, min_score=c.gate_min_score, fail_score=c.gate_fail_score)
-                components = {"proxy": float(proxy[k])}
+                components = {"proxy": float(proxy[k]), "rm": float(rm[k])}
                 if len(self.models) > 1:
-                    components.update({f"rm/{m}": float(members[m, k]) for m in range(len(self.models))})
+                    components.update({f"rm/{m}": float(raw[m, k]) for m in range(len(self.models))})
                 if partner is not None and partner.status == "ok":
                     components[c.verifier.name] = partner.score
                 reward = failure or Reward(score)

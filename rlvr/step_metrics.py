@@ -2,7 +2,8 @@
 
 Metric namespaces are those of ``rlvr/tracking.py``: ``reward/``, ``response/``, ``rollout/``,
 ``verify/``; the update adds ``train/`` and ``mismatch/``, the recipe ``time/``, ``perf/``, ``sync/``.
-With a reward model, ``proxy/reward`` is its score and ``gold/`` the verifier's (never optimised).
+With a reward model, ``proxy/reward`` is its own score (before normalisation) and ``gold/`` the
+verifier's (never optimised).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mix
         gold = [r.score for r in judged if r.status == "ok"]
         if gold:
             metrics["gold/mean"] = sum(gold) / len(gold)
-        metrics["proxy/reward"] = sum(r.components.get("proxy", 0.0) for r in rewards) / max(1, len(rewards))
+        scored = [r.components["rm"] for r in rewards if "rm" in r.components]  # unnormalised: its trend is real
+        metrics["proxy/reward"] = sum(scored) / max(1, len(scored))
         metrics["time/reward_model"] = rollout.reward_model_s
     for status, count in rollout.status.items():
         metrics[f"verify/status_{status}"] = float(count)

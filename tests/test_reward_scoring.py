@@ -94,10 +94,10 @@ def test_scores_are_the_reward_models_own(rm_folder, score_rm_folder):
     prompts, completions = [[1, 20, 21], [1, 22], [1, 23, 24, 25]], [[5, 2], [6, 7, 2], [2]]
     for folder in (rm_folder, score_rm_folder):
         scorer = RewardScorer(_rm(str(folder), batch_size=2), device="cpu", dtype="float32")
-        proxy, members = scorer.proxy(prompts, completions)
+        proxy, raw = scorer.proxy(prompts, completions)
         expected = RewardModel(folder, batch_size=8).score(prompts, completions)
         torch.testing.assert_close(proxy, expected, atol=1e-5, rtol=0)
-        assert members.shape == (1, 3)
+        torch.testing.assert_close(raw, expected[None], atol=1e-5, rtol=0)
 
 
 def test_an_ensemble_combines_normalised_members_and_logs_each(rm_folder, score_rm_folder):
@@ -106,14 +106,17 @@ def test_an_ensemble_combines_normalised_members_and_logs_each(rm_folder, score_
     scorer = RewardScorer(config, device="cpu", dtype="float32")
     groups = _groups([[0.0, 1.0]])
     ids = [g.prompt_ids for g in groups for _ in g.completions], [c.token_ids for g in groups for c in g.completions]
-    raw = torch.stack([RewardModel(rm_folder).score(*ids), RewardModel(score_rm_folder).score(*ids)]) / 2.0  # [2, 2]
-    expected = (raw.mean(0) - 0.5 * raw.std(0, unbiased=False)).clamp(-0.3, 0.3)
+    raw = torch.stack([RewardModel(rm_folder).score(*ids), RewardModel(score_rm_folder).score(*ids)])  # [2, 2]
+    z = raw / 2.0
+    expected = (z.mean(0) - 0.5 * z.std(0, unbiased=False)).clamp(-0.3, 0.3)
     scorer.score_groups(groups, runner=None)
     got = [r.score for r in groups[0].rewards]
     assert got == pytest.approx(expected.tolist(), abs=1e-5)
-    assert groups[0].rewards[0].components["rm/0"] == pytest.approx(float(raw[0, 0]), abs=1e-5)
-    assert groups[0].rewards[1].components["rm/1"] == pytest.approx(float(raw[1, 1]), abs=1e-5)
-    assert groups[0].rewards[0].components["proxy"] == got[0]
+    first, second = groups[0].rewards
+    assert first.components["rm/0"] == pytest.approx(float(raw[0, 0]), abs=1e-5)  # each member's own score
+    assert second.components["rm/1"] == pytest.approx(float(raw[1, 1]), abs=1e-5)
+    own = raw[:, 0].mean() - 0.5 * raw[:, 0].std(unbiased=False)  # the ensemble's score, unnormalised, unclipped
+    assert first.components["rm"] == pytest.approx(float(own), abs=1e-5) and first.components["proxy"] == got[0]
     assert [r.score for r in groups[0].gold] == [0.0, 1.0]  # the verifier's rewards became the gold
 
 
@@ -202,12 +205,12 @@ def test_gold_metrics_and_no_accuracy_from_the_reward_model():
     groups = _groups([[0.3, -1.2, 2.0, 0.1]], gold_by_group=[[1.0, 0.0, 1.0, 1.0]])
     for g in groups:
         for r in g.rewards:
-            r.components = {"proxy": r.score}
+            r.components = {"proxy": r.score, "rm": 10 * r.score}
     samples = _samples(groups, threshold=0.2)  # even a threshold judges the verifier's rewards, not the RM's
     metrics = step_metrics(groups, samples, RolloutStats(groups_seen=1), {}, None, mixed=False)
     assert "reward/accuracy" not in metrics
     assert metrics["gold/accuracy"] == 0.75 and metrics["gold/mean"] == 0.75
-    assert metrics["proxy/reward"] == pytest.approx(0.3) and metrics["reward/mean"] == pytest.approx(0.3)
+    assert metrics["proxy/reward"] == pytest.approx(3.0) and metrics["reward/mean"] == pytest.approx(0.3)
     assert metrics["verify/no_answer_frac"] == 0.0  # the verifier's extraction, not the reward model's
 
 
@@ -287,24 +290,26 @@ def _config(model, rm, out, *overrides):
 def _check_run(out, summary):
     records = read_metrics(out / "metrics.jsonl")
     step = records[1]
-    for key in ["proxy/reward", "gold/mean", "gold/accuracy", "reward/proxy", "time/reward_model"]:
+    for key in ["proxy/reward", "gold/mean", "gold/accuracy", "reward/proxy", "reward/rm", "time/reward_model"]:
         assert key in step, key
     assert "reward/accuracy" not in step
     assert summary["gold_accuracy_before"] == summary["accuracy_before"] is not None
     assert summary["gold_accuracy_after"] == summary["accuracy_after"] is not None
     assert json.loads((out / "summary.json").read_text())["gold_accuracy_after"] == summary["gold_accuracy_after"]
     assert (out / "metrics.png").stat().st_size > 10_000
+    return records
 
 
 def test_grpo_against_a_reward_model(taught_model, rm_folder, tmp_path):
     summary = grpo.train(_config(taught_model, rm_folder, tmp_path, "algorithm.beta=0"))
-    _check_run(tmp_path, summary)
+    assert [r["step"] for r in _check_run(tmp_path, summary)] == [0, 1, 2, 3]
 
 
 def test_ppo_against_a_reward_model(taught_model, rm_folder, tmp_path):
     summary = ppo.train(_config(taught_model, rm_folder, tmp_path, "algorithm.preset=ppo", "algorithm.minibatches=2",
                                 "algorithm.ppo_epochs=1"))
-    _check_run(tmp_path, summary)
+    records = _check_run(tmp_path, summary)
+    assert all("critic/value_loss" in r for r in records[1:])  # the critic regresses on the normalised proxy
 
 
 def test_a_resumed_run_keeps_the_running_normalisation(taught_model, rm_folder, tmp_path, monkeypatch):
