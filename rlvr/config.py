@@ -109,7 +109,9 @@ class VerifierConfig(Section):
     on_failure: Literal["mask", "zero"] = Field(
         "mask", description="samples whose verification timed out or errored: masked out of the loss, or scored 0"
     )
-    success_threshold: float = Field(1.0, description="a sample counts as correct (accuracy) when score >= this")
+    success_threshold: Optional[float] = Field(
+        None, description="a sample counts as correct (accuracy) when score >= this; null = accuracy only where a "
+        "step's scores are all 0 or 1 (binary rewards; a continuous reward logs no accuracy)")
     max_error_frac: float = Field(
         0.5, ge=0, le=1, description="stop the run when more than this fraction of one step's samples got status "
         "error from the verifier (its first traceback is printed once, whatever the fraction)")
@@ -269,6 +271,8 @@ class LogConfig(Section):
     wandb_project: str = "rlvr"
     plot_every: int = Field(50, ge=0, description="redraw plots every N steps (0 = only at the end)")
     alarm_patience: int = Field(5, ge=1, description="consecutive bad steps before an alarm")
+    divergence_window: int = Field(20, ge=4, description="steps over which the gold-vs-proxy alarm compares the "
+                                   "proxy (reward model) and the gold (exact verifier) trends")
     progress: bool = True
 
 
@@ -287,6 +291,69 @@ class CriticConfig(Section):
                                 "optim.warmup_steps")
 
 
+class PartnerVerifierConfig(Section):
+    name: str = Field(description="a rule-based verifier (e.g. format, length, compose)")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_verifier_and_options(self) -> "PartnerVerifierConfig":
+        registered("rlvr.verifiers:VERIFIERS", self.name, "name")
+        plugin_options("rlvr.verifiers.registry:check_verifier", self.name, self.options, "name")
+        return self
+
+
+class RewardModelRunConfig(Section):
+    """A learned reward model as the training reward (``rlvr/reward_scoring.py``, docs/reward-models.md).
+    The ``verifier`` section then only watches: its score is logged as ``gold/`` and never optimised."""
+
+    path: Optional[str] = Field(None, description="a `rlvr train-rm` run's final/ folder, or any one-label "
+                                "sequence-classification reward model folder")
+    paths: list[str] = Field(default_factory=list, description="several reward models: an ensemble (instead of path)")
+    ensemble: str = Field("min", description="how an ensemble's scores become one: min, mean, mean_minus_std, or a "
+                          "plugin's")
+    ensemble_k: float = Field(1.0, ge=0, description="k of mean_minus_std (mean - k * std over the models)")
+    batch_size: int = Field(64, ge=1, description="sequences scored together")
+    device: Optional[str] = Field(None, description="cpu, cuda, cuda:N; null = the trainer's device")
+    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = Field(None, description="null = model.dtype")
+    normalize: Literal["none", "running", "fixed"] = Field(
+        "none", description="each model's score before the ensemble: as is, (r - running mean) / running std over "
+        "every score so far (kept in checkpoints), or (r - offset) / scale")
+    offset: float = Field(0.0, description="[normalize: fixed] subtracted from each score")
+    scale: float = Field(1.0, gt=0, description="[normalize: fixed] the score is divided by this")
+    clip: Optional[float] = Field(None, gt=0, description="the proxy reward is clipped to [-clip, clip] after "
+                                  "normalisation and the ensemble; null = no clipping")
+    combine: Literal["replace", "add", "gate"] = Field(
+        "replace", description="the training reward: the proxy alone (replace), proxy + the score of "
+        "reward_model.verifier (add, e.g. a length penalty), or the proxy where reward_model.verifier passes and "
+        "gate_fail_score where it fails (gate, e.g. a format check)")
+    verifier: Optional[PartnerVerifierConfig] = Field(None, description="[combine: add, gate] the rule-based "
+                                                      "verifier combined with the proxy")
+    gate_min_score: float = Field(1.0, description="[combine: gate] the verifier passes at score >= this")
+    gate_fail_score: float = Field(-1.0, description="[combine: gate] the reward where the verifier fails (in the "
+                                   "proxy's units, after normalisation)")
+
+    _known_ensemble = field_validator("ensemble")(
+        lambda cls, v: registered("rlvr.algorithms.preference:REWARD_ENSEMBLES", v))
+
+    @model_validator(mode="after")
+    def _check(self) -> "RewardModelRunConfig":
+        if bool(self.path) == bool(self.paths):
+            raise ValueError("reward_model.path: set exactly one of path (one reward model) and paths (an ensemble)")
+        if self.combine == "replace" and self.verifier is not None:
+            raise ValueError("reward_model.verifier: combine is 'replace', so it would not be used; set "
+                             "reward_model.combine: add or gate, or remove it")
+        if self.combine != "replace" and self.verifier is None:
+            raise ValueError(f"reward_model.verifier: combine {self.combine!r} needs a rule-based verifier to "
+                             "combine with, e.g. {name: format}")
+        if self.normalize != "fixed" and (self.offset != 0.0 or self.scale != 1.0):
+            raise ValueError("reward_model.offset: offset and scale apply with normalize: fixed; set it, or remove them")
+        return self
+
+    @property
+    def members(self) -> list[str]:
+        return list(self.paths) if self.paths else [self.path]
+
+
 class RunConfig(Section):
     """The RL recipes of ``rlvr train``: critic-free (grpo.py) or actor-critic (ppo.py), by preset."""
 
@@ -299,6 +366,8 @@ class RunConfig(Section):
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig, description="the value model (critic presets only)")
+    reward_model: Optional[RewardModelRunConfig] = Field(
+        None, description="a learned reward model as the training reward (null = the verifier's score)")
     optim: OptimConfig = Field(default_factory=OptimConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

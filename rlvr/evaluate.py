@@ -165,7 +165,7 @@ def evaluate_suites(engine: Engine, encode, suites: dict[str, Sequence[Problem]]
     for name, problems in suites.items():
         result = evaluate(engine, encode, problems, runner, sampling=sampling, samples=eval_config.samples,
                           ks=(1,), verifier=verifier.name, verifier_options=verifier.options,
-                          success_threshold=verifier.success_threshold)
+                          success_threshold=1.0 if verifier.success_threshold is None else verifier.success_threshold)
         metrics[f"eval/{name}/accuracy"] = result.accuracy
         metrics[f"eval/{name}/mean_score"] = result.mean_score
         accuracies.append(result.accuracy)

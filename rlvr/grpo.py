@@ -25,10 +25,11 @@ from rlvr.engines.base import call_optional
 from rlvr.evaluate import evaluate_suites
 from rlvr.models import Reference, context_length, load_run_policy, load_tokenizer, save_final_model
 from rlvr.progress import make_progress
+from rlvr.reward_scoring import build_reward_scorer
 from rlvr.rollout import ProblemSampler, collate, collect_groups, sample_tensors
 from rlvr.run_folder import prepare_run_folder
 from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads
-from rlvr.step_metrics import run_summary, step_metrics
+from rlvr.step_metrics import progress_postfix, run_summary, step_metrics
 from rlvr.suites import PromptEncoder, check_verifiers, drop_overlong_prompts, load_eval_suites, load_training_suites
 from rlvr.tracking import Alarms, Tracker, VerifierErrors, plot_metrics
 from rlvr.update import UpdateSettings, no_grad_logprobs, reference_logprobs, update_policy
@@ -69,6 +70,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     policy = load_run_policy(config.model, device, checkpoint)
     reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device))
     engine, sync = start_engine(config.engine, policy, tokenizer, dtype=config.model.dtype, context=context)
+    scorer = build_reward_scorer(config, device, tokenizer)  # a learned reward model, when configured
     optimizer = build_optimizer(policy.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay, betas=config.optim.betas)
     scheduler = build_scheduler(optimizer, total=t.steps, warmup=config.optim.warmup_steps,
                                 schedule=config.optim.schedule, min_ratio=config.optim.min_lr_ratio)
@@ -77,8 +79,9 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
 
     tracker = Tracker(run_dir, tensorboard=config.log.tensorboard, wandb=config.log.wandb,
                       wandb_project=config.log.wandb_project, config=config.model_dump(mode="json"))
-    alarms = Alarms(config.log.alarm_patience)
-    states = {"optimizer": optimizer, "scheduler": scheduler, "sampler": sampler, "alarms": alarms}
+    alarms = Alarms(config.log.alarm_patience, window=config.log.divergence_window)
+    states = {"optimizer": optimizer, "scheduler": scheduler, "sampler": sampler, "alarms": alarms,
+              **({"reward_model": scorer} if scorer else {})}
     start_step, wall_before, evaluations = 0, 0.0, {}
     if checkpoint is not None:
         state = restore_states(checkpoint, states)
@@ -102,7 +105,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             groups, rollout = collect_groups(
                 engine=engine, runner=runner, sampler=sampler, encode=encode, num_prompts=t.prompts_per_step,
                 group_size=t.group_size, sampling=sampling, verifier=config.verifier.name,
-                verifier_options=config.verifier.options,
+                verifier_options=config.verifier.options, reward_model=scorer,
                 dynamic_sampling=algo.dynamic_sampling, max_resample_rounds=algo.max_resample_rounds,
             )
             rewards = [r for g in groups for r in g.rewards]
@@ -162,7 +165,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                 evaluations[step] = {k: v for k, v in metrics.items() if k.startswith("eval/")}
             tracker.log(step, metrics)
             if progress is not None:
-                progress.set_postfix(reward=f"{metrics['reward/mean']:.3f}", acc=f"{metrics['reward/accuracy']:.3f}")
+                progress.set_postfix(**progress_postfix(metrics))
                 progress.update(1)
             if config.log.plot_every and step % config.log.plot_every == 0:
                 plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))

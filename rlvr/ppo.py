@@ -33,10 +33,11 @@ from rlvr.engines.base import call_optional
 from rlvr.evaluate import evaluate_suites
 from rlvr.models import Reference, context_length, load_run_policy, load_tokenizer, save_final_model
 from rlvr.progress import make_progress
+from rlvr.reward_scoring import build_reward_scorer
 from rlvr.rollout import Batch, ProblemSampler, collate, collect_groups, sample_tensors
 from rlvr.run_folder import prepare_run_folder
 from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads
-from rlvr.step_metrics import run_summary, step_metrics
+from rlvr.step_metrics import progress_postfix, run_summary, step_metrics
 from rlvr.suites import PromptEncoder, check_verifiers, drop_overlong_prompts, load_eval_suites, load_training_suites
 from rlvr.tracking import PLOT_PANELS, Alarms, Tracker, VerifierErrors, plot_metrics
 from rlvr.update import (Mismatch, TokenMeans, UpdateSettings, global_counts, masked_mean, no_grad_logprobs,
@@ -90,17 +91,18 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                           gradient_checkpointing=config.model.gradient_checkpointing)
     reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device))
     engine, sync = start_engine(config.engine, policy, tokenizer, dtype=config.model.dtype, context=context)
+    scorer = build_reward_scorer(config, device, tokenizer)  # a learned reward model, when configured
     optimizer, scheduler, critic_optimizer, critic_scheduler = _optimizers(config, policy, critic)
-    kl_ctl = (AdaptiveKLController(algo.beta, algo.target_kl, algo.kl_horizon) if algo.target_kl
-              else FixedKLController(algo.beta))
+    kl_ctl = AdaptiveKLController(algo.beta, algo.target_kl, algo.kl_horizon) if algo.target_kl else FixedKLController(algo.beta)
     sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k)
     settings = UpdateSettings.from_config(config)
 
     tracker = Tracker(run_dir, tensorboard=config.log.tensorboard, wandb=config.log.wandb,
                       wandb_project=config.log.wandb_project, config=config.model_dump(mode="json"))
-    alarms = Alarms(config.log.alarm_patience)
+    alarms = Alarms(config.log.alarm_patience, window=config.log.divergence_window)
     states = {"optimizer": optimizer, "scheduler": scheduler, "critic_optimizer": critic_optimizer,
-              "critic_scheduler": critic_scheduler, "kl_controller": kl_ctl, "sampler": sampler, "alarms": alarms}
+              "critic_scheduler": critic_scheduler, "kl_controller": kl_ctl, "sampler": sampler, "alarms": alarms,
+              **({"reward_model": scorer} if scorer else {})}
     start_step, wall_before, evaluations = 0, 0.0, {}
     if checkpoint is not None:
         state = restore_states(checkpoint, states)
@@ -123,12 +125,11 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             # ---- 1. rollout: problems -> groups -> scores --------------------------------------
             groups, rollout = collect_groups(
                 engine=engine, runner=runner, sampler=sampler, encode=encode, num_prompts=t.prompts_per_step,
-                group_size=t.group_size, sampling=sampling, verifier=config.verifier.name,
+                group_size=t.group_size, sampling=sampling, verifier=config.verifier.name, reward_model=scorer,
                 verifier_options=config.verifier.options, dynamic_sampling=False, max_resample_rounds=0,
             )
-            rewards = [r for g in groups for r in g.rewards]
-            error_frac = verifier_errors.update(
-                step, rewards, lambda i: config.verifier.name or groups[i // t.group_size].problem.verifier)
+            error_frac = verifier_errors.update(step, [r for g in groups for r in g.rewards],
+                                                lambda i: config.verifier.name or groups[i // t.group_size].problem.verifier)
             samples = sample_tensors(
                 groups, on_failure=config.verifier.on_failure, success_threshold=config.verifier.success_threshold,
                 overlong=algo.overlong, max_new_tokens=gen.max_new_tokens, overlong_buffer=algo.overlong_buffer,
@@ -178,7 +179,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                 evaluations[step] = {k: v for k, v in metrics.items() if k.startswith("eval/")}
             tracker.log(step, metrics)
             if progress is not None:
-                progress.set_postfix(reward=f"{metrics['reward/mean']:.3f}", ev=f"{metrics['critic/explained_variance']:.2f}")
+                progress.set_postfix(**progress_postfix(metrics), ev=f"{metrics['critic/explained_variance']:.2f}")
                 progress.update(1)
             if config.log.plot_every and step % config.log.plot_every == 0:
                 plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir), panels=PPO_PANELS)

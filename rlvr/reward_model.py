@@ -103,7 +103,7 @@ class RewardModel:
         info = json.loads((folder / HEAD_FILE).read_text()) if (folder / HEAD_FILE).is_file() else {"head": "score"}
         self.head = info["head"]
         self.batch_size = batch_size
-        tokenizer = load_tokenizer(folder)
+        self.tokenizer = tokenizer = load_tokenizer(folder)
         self.pad_id = tokenizer.pad_token_id
         if self.head == "logprob":
             self.model = load_policy(folder, dtype=dtype, device=device)

@@ -4,8 +4,10 @@ One training step's data, in order:
 
     ProblemSampler.next(P)             P problems, drawn from the training suites by weight
     collect_groups(...)                G completions per problem from the engine, scored by the
-                                       verifier runner; with dynamic sampling, groups whose accuracy
-                                       has zero variance are dropped and the batch refilled
+                                       verifier runner (and by a learned reward model, when given;
+                                       the verifier's rewards are then the gold watch); with dynamic
+                                       sampling, groups whose rewards have zero spread are dropped
+                                       and the batch refilled
     sample_tensors(groups, ...)        rewards / validity / correctness as [P, G] tensors, with
                                        overlong filtering or soft punishment applied
     collate(groups, pad_id)            a Batch: [prompt (left-padded) | completion (right-padded)]
@@ -105,7 +107,8 @@ class Group:
     problem: Problem
     prompt_ids: list[int]
     completions: list[Completion]
-    rewards: list[Reward] = field(default_factory=list)
+    rewards: list[Reward] = field(default_factory=list)  # what training optimises
+    gold: list[Reward] | None = None  # the verifier's rewards when a reward model scored ``rewards`` (logged only)
 
 
 @dataclass
@@ -114,6 +117,7 @@ class RolloutStats:
 
     generate_s: float = 0.0
     verify_s: float = 0.0
+    reward_model_s: float = 0.0
     generated_tokens: int = 0
     rounds: int = 0
     dropped_groups: int = 0  # zero-variance groups removed by dynamic sampling
@@ -139,13 +143,23 @@ def has_signal(rewards: Sequence[Reward]) -> bool:
 
 
 def score_groups(runner: VerifierRunner, groups: list[Group], verifier: str | None, options: dict | None) -> None:
-    """Fill ``group.rewards``, one batched runner call per verifier name."""
-    by_verifier: dict[str, list[tuple[Group, int]]] = {}
-    for group in groups:
+    """Fill ``group.rewards`` (see :func:`verify_groups`)."""
+    for group, rewards in zip(groups, verify_groups(runner, groups, verifier, options)):
+        group.rewards = rewards
+
+
+def verify_groups(runner: VerifierRunner, groups: list[Group], verifier: str | None,
+                  options: dict | None) -> list[list[Reward]]:
+    """Each group's rewards from ``verifier`` (with ``options``), or from each problem's own verifier
+    when ``verifier`` is None; one batched runner call per verifier name."""
+    by_verifier: dict[str, list[tuple[int, int]]] = {}
+    out: list[list[Reward]] = []
+    for k, group in enumerate(groups):
         name = verifier or group.problem.verifier
-        by_verifier.setdefault(name, []).extend((group, i) for i in range(len(group.completions)))
-        group.rewards = [None] * len(group.completions)  # type: ignore[list-item]
-    for name, items in by_verifier.items():
+        by_verifier.setdefault(name, []).extend((k, i) for i in range(len(group.completions)))
+        out.append([None] * len(group.completions))  # type: ignore[list-item]
+    for name, indices in by_verifier.items():
+        items = [(groups[k], i) for k, i in indices]
         rewards = runner.score_batch(
             name,
             [g.completions[i].text for g, i in items],
@@ -154,8 +168,9 @@ def score_groups(runner: VerifierRunner, groups: list[Group], verifier: str | No
             prompts=[g.problem.prompt for g, i in items],
             finish_reasons=[g.completions[i].finish_reason for g, i in items],
         )
-        for (group, i), reward in zip(items, rewards):
-            group.rewards[i] = reward
+        for (k, i), reward in zip(indices, rewards):
+            out[k][i] = reward
+    return out
 
 
 def collect_groups(
@@ -171,8 +186,12 @@ def collect_groups(
     verifier_options: dict | None,
     dynamic_sampling: bool,
     max_resample_rounds: int,
+    reward_model=None,
 ) -> tuple[list[Group], RolloutStats]:
     """Generate and score ``num_prompts`` groups of ``group_size``.
+
+    With a ``reward_model`` (a :class:`rlvr.reward_scoring.RewardScorer`), the verifier's rewards move
+    to ``group.gold`` (the gold watch, never optimised) and the reward model's take their place.
 
     With ``dynamic_sampling`` (DAPO), groups whose rewards are all equal (all right or all wrong,
     for a binary reward: see :func:`has_signal`) carry no gradient signal under group baselines;
@@ -194,6 +213,10 @@ def collect_groups(
         start = time.perf_counter()
         score_groups(runner, groups, verifier, verifier_options)
         stats.verify_s += time.perf_counter() - start
+        if reward_model is not None:
+            start = time.perf_counter()
+            reward_model.score_groups(groups, runner)
+            stats.reward_model_s += time.perf_counter() - start
         for group in groups:
             stats.generated_tokens += sum(len(c.token_ids) for c in group.completions)
             stats.status.update(r.status for r in group.rewards)
@@ -223,7 +246,7 @@ class SampleTensors:
     scores: torch.Tensor  # reward used for advantages (after failure handling and shaping)
     raw_scores: torch.Tensor  # the verifier's score as given
     valid: torch.Tensor  # bool: enters group statistics and the loss
-    correct: torch.Tensor  # bool: score >= success threshold with status ok
+    correct: torch.Tensor | None  # bool: the verifier passed it (see :func:`verdicts`); None: no pass/fail
     truncated: torch.Tensor  # bool: finish_reason == "length"
     lengths: torch.Tensor  # completion tokens
     loss_weight: torch.Tensor  # 0/1: overlong filtering masks truncated samples out of the loss
@@ -239,11 +262,22 @@ def overlong_soft_penalty(lengths: torch.Tensor, max_len: int, buffer: int, pena
     return -penalty * ((lengths.float() - start).clamp(min=0) / buffer).clamp(max=1.0)
 
 
+def verdicts(rewards: Sequence[Sequence[Reward]], threshold: float | None) -> torch.Tensor | None:
+    """Pass/fail ``[P, G]`` of verifier rewards: status ok and score >= ``threshold``. Without a
+    threshold only binary rewards (every ok score 0 or 1) pass or fail, at 1; continuous ones give
+    None: no accuracy is logged rather than a fake one."""
+    if threshold is None:
+        if not {r.score for row in rewards for r in row if r.status == "ok"} <= {0.0, 1.0}:
+            return None
+        threshold = 1.0
+    return torch.tensor([[is_correct(r, threshold) for r in row] for row in rewards])
+
+
 def sample_tensors(
     groups: list[Group],
     *,
     on_failure: str,
-    success_threshold: float,
+    success_threshold: float | None,
     overlong: str,
     max_new_tokens: int,
     overlong_buffer: int,
@@ -261,7 +295,7 @@ def sample_tensors(
     abstain = torch.tensor([[s == "abstain" for s in row] for row in status])
     valid = ~abstain & (~failed if on_failure == "mask" else torch.ones_like(failed))
     scores = torch.where(failed, torch.zeros_like(raw), raw)
-    correct = torch.tensor([[is_correct(r, success_threshold) for r in g.rewards] for g in groups])
+    correct = verdicts([g.gold if g.gold is not None else g.rewards for g in groups], success_threshold)
     truncated = torch.tensor([[c.finish_reason == "length" for c in g.completions] for g in groups])
     lengths = torch.tensor([[len(c.token_ids) for c in g.completions] for g in groups])
     loss_weight = torch.ones_like(raw)

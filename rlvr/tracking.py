@@ -18,11 +18,15 @@ from rlvr.verifiers.files import DiskFullError
 
 PLOT_PANELS = [
     ("reward", ["reward/mean"]),
-    ("accuracy", ["reward/accuracy", "eval/accuracy"]),
+    ("accuracy", ["reward/accuracy", "gold/accuracy", "eval/accuracy"]),
     ("KL to reference", ["train/kl_ref"]),
     ("entropy", ["train/entropy"]),
     ("response length", ["response/length_mean", "response/length_max"]),
     ("clip fraction", ["train/clip_frac_low", "train/clip_frac_high"]),
+]
+#: Drawn after the others when a run logged their metrics: (title, left-axis keys, right-axis keys).
+OPTIONAL_PANELS = [
+    ("gold (verifier) vs proxy (reward model)", ["gold/mean", "gold/accuracy"], ["proxy/reward"]),
 ]
 
 
@@ -113,9 +117,9 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "",
                  panels: list[tuple[str, list[str]]] | None = None) -> Path | None:
-    """Draw ``panels`` (``(title, metric keys)`` pairs; default: reward, accuracy, KL, entropy,
-    length, clipping) per step to a PNG, three panels to a row."""
-    panels = panels or PLOT_PANELS
+    """Draw ``panels`` (``(title, metric keys[, right-axis keys])``; default: reward, accuracy, KL,
+    entropy, length, clipping) per step to a PNG, three panels to a row; :data:`OPTIONAL_PANELS`
+    follow when the run logged their metrics (gold vs proxy: a reward model's run)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -124,23 +128,25 @@ def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "",
     records = read_metrics(metrics_path)
     if not records:
         return None
+    logged = {key for r in records for key in r}
+    panels = list(panels or PLOT_PANELS) + [p for p in OPTIONAL_PANELS if logged & {*p[1], *p[2]}]
     rows = math.ceil(len(panels) / 3)
     fig, axes = plt.subplots(rows, 3, figsize=(14, 3.5 * rows), squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
-    for ax, (name, keys) in zip(axes.flat, panels):
-        drawn = False
-        for key in keys:
-            points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
-            if points:
-                xs, ys = zip(*points)
-                style = "o-" if key.startswith("eval/") else "-"
-                ax.plot(xs, ys, style, label=key, linewidth=1, markersize=4)
-                drawn = True
+    for ax, (name, keys, *right) in zip(axes.flat, panels):
+        drawn = _draw(ax, records, keys)
+        if right:  # a second scale: the proxy's units are not the gold's
+            twin = ax.twinx()
+            colors = iter(["tab:red", "tab:purple", "tab:brown"])
+            drawn_right = _draw(twin, records, right[0], colors)
+            if drawn_right:
+                twin.legend(fontsize=7, loc="lower right")
+            drawn = drawn or drawn_right
         ax.set_title(name)
         ax.set_xlabel("step")
-        if drawn:
-            ax.legend(fontsize=7)
+        if drawn and ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper left" if right else "best")
         else:
             ax.text(0.5, 0.5, "not measured\n(e.g. beta = 0: no reference)" if "KL" in name else "not measured",
                     ha="center", va="center", transform=ax.transAxes, color="gray")
@@ -156,28 +162,77 @@ def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "",
     return out_png
 
 
+def _draw(ax, records: list[dict], keys: list[str], colors=None) -> bool:
+    """Plot each of ``keys`` that has values; whether anything was drawn."""
+    drawn = False
+    for key in keys:
+        points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+        if points:
+            xs, ys = zip(*points)
+            style = "o-" if key.startswith("eval/") else "-"
+            ax.plot(xs, ys, style, label=key, linewidth=1, markersize=4,
+                    **({"color": next(colors)} if colors is not None else {}))
+            drawn = True
+    return drawn
+
+
+def diverging(proxy: list[float], gold: list[float], z: float = 2.0, min_drop: float = 0.01) -> bool:
+    """Whether the proxy reward rose while the gold fell, each beyond noise, over a window of steps.
+
+    The window is cut in halves (earlier a, later b); for each series the change of the half means
+    must exceed ``z`` standard errors of that difference,
+
+        d = mean(b) - mean(a),   se = sqrt(var(a) / n_a + var(b) / n_b),
+        fires when  d_proxy > z * se_proxy  and  d_gold < -max(z * se_gold, min_drop)
+
+    so step-to-step noise (a rising proxy beside a flat, noisy gold) does not fire it, and a gold that
+    moves by less than ``min_drop`` does not either (an over-optimised policy loses much more).
+    """
+    if len(proxy) != len(gold) or len(proxy) < 4:
+        return False
+    half = len(proxy) // 2
+
+    def change(values: list[float]) -> tuple[float, float]:
+        a, b = values[:half], values[len(values) - half:]
+        var = lambda xs: sum((x - sum(xs) / len(xs)) ** 2 for x in xs) / (len(xs) - 1)  # noqa: E731
+        return sum(b) / len(b) - sum(a) / len(a), math.sqrt(var(a) / len(a) + var(b) / len(b))
+
+    d_proxy, se_proxy = change(proxy)
+    d_gold, se_gold = change(gold)
+    return d_proxy > z * se_proxy and d_proxy > 0 and d_gold < -max(z * se_gold, min_drop)
+
+
 class Alarms:
     """Warns when training is silently not learning, after ``patience`` consecutive bad steps.
 
     Conditions (fractions of this step's groups or completions):
-      zero_variance   >= 90% of groups have the same accuracy for every sample (no signal)
+      zero_variance   >= 90% of groups have the same score for every sample (no signal; the spread
+                      of the scores, so a continuous reward never counts as all-wrong)
       truncation      >= 50% of completions hit max_new_tokens
       no_extraction   >= 90% of completions had no answer the verifier could extract
+
+    and, with a reward model, ``gold_vs_proxy``: over the last ``window`` steps the proxy reward
+    (``proxy/reward``) rose while the gold (``gold/mean``, the verifier's) fell, beyond noise
+    (:func:`diverging`); it fires once per stretch of such steps.
     """
 
     THRESHOLDS = {
         "zero_variance": ("rollout/zero_variance_frac", 0.9,
-                          "almost every group is all-right or all-wrong: no learning signal (make the task easier/harder, raise group_size)"),
+                          "almost every group's samples score the same (all right or all wrong, for a binary reward): "
+                          "no learning signal (make the task easier/harder, raise group_size)"),
         "truncation": ("response/truncation_rate", 0.5,
                        "most completions are cut off at max_new_tokens (raise generation.max_new_tokens)"),
         "no_extraction": ("verify/no_answer_frac", 0.9,
                           "the verifier finds no answer in almost every completion (check the prompt's answer format)"),
     }
 
-    def __init__(self, patience: int = 5):
+    def __init__(self, patience: int = 5, window: int = 20):
         self.patience = patience
+        self.window = window
         self.streak = {name: 0 for name in self.THRESHOLDS}
         self.fired: list[tuple[int, str]] = []
+        self.history: list[tuple[float, float]] = []  # (proxy, gold) of the last `window` steps
+        self.diverging = False
 
     def update(self, step: int, metrics: dict[str, Any]) -> list[str]:
         """New alarm messages for this step (each fires once per streak)."""
@@ -192,14 +247,28 @@ class Alarms:
                     self.fired.append((step, name))
             else:
                 self.streak[name] = 0
+        proxy, gold = metrics.get("proxy/reward"), metrics.get("gold/mean")
+        if isinstance(proxy, (int, float)) and isinstance(gold, (int, float)):
+            self.history = [*self.history, (float(proxy), float(gold))][-self.window:]
+            now = len(self.history) == self.window and diverging(*map(list, zip(*self.history)))
+            if now and not self.diverging:
+                messages.append(f"ALARM gold_vs_proxy at step {step}: over the last {self.window} steps the reward "
+                                "model's score (proxy/reward) rose while the verifier's (gold/mean) fell: the policy "
+                                "is over-optimising the reward model (stop here, use an earlier checkpoint, raise "
+                                "algorithm.beta, or try reward_model.ensemble: min over several models)")
+                self.fired.append((step, "gold_vs_proxy"))
+            self.diverging = now
         return messages
 
     def state_dict(self) -> dict[str, Any]:
-        return {"streak": dict(self.streak), "fired": list(self.fired)}
+        return {"streak": dict(self.streak), "fired": list(self.fired), "history": list(self.history),
+                "diverging": self.diverging}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.streak.update(state["streak"])
         self.fired = [tuple(x) for x in state["fired"]]
+        self.history = [tuple(x) for x in state.get("history", [])]
+        self.diverging = state.get("diverging", False)
 
 
 class VerifierFailure(UserError):

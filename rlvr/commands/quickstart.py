@@ -22,6 +22,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--algorithm", choices=["grpo", "ppo"], default="grpo",
                    help="the RL stage: grpo (group baselines, rlvr/configs/quickstart.yaml) or ppo (a learned critic, "
                    "rlvr/configs/quickstart_ppo.yaml)")
+    p.add_argument("--reward-model", action="store_true",
+                   help="RLHF with a learned reward: after SFT, preference pairs from the SFT model's samples, a reward "
+                   "model on them (arithmetic_rm.yaml), then RL against it (arithmetic_grpo_rm.yaml, or "
+                   "arithmetic_ppo_rm.yaml with --algorithm ppo); the exact verifier only watches (gold accuracy)")
     p.add_argument("--steps", type=int, default=None, help=f"RL steps (default: the packaged config's {load_packaged('quickstart.yaml')['train']['steps']})")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     p.add_argument("--no-progress", action="store_true",
@@ -35,5 +39,6 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.quickstart import quickstart
 
     quickstart(args.out, seed=args.seed, steps=args.steps, device=args.device, progress=not args.no_progress,
-               overrides=args.overrides, overwrite=args.overwrite, algorithm=args.algorithm)
+               overrides=args.overrides, overwrite=args.overwrite, algorithm=args.algorithm,
+               reward_model=args.reward_model)
     return 0

@@ -1,0 +1,377 @@
+"""A learned reward model inside RL training: scoring, ensembles, normalisation, composition with
+verifiers, the gold-vs-proxy watch, continuous rewards, and end-to-end GRPO / PPO runs against one."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from rlvr import grpo, ppo
+from rlvr.config import ConfigError, RunConfig, build_config
+from rlvr.engines.base import Completion
+from rlvr.reward_model import RewardModel
+from rlvr.reward_scoring import RewardScorer, combine_add, combine_gate, merge_moments, running_std
+from rlvr.rollout import Group, RolloutStats, has_signal, sample_tensors
+from rlvr.step_metrics import step_metrics
+from rlvr.tasks.base import Problem
+from rlvr.tracking import Alarms, diverging, read_metrics
+from rlvr.verifiers import Reward
+
+
+@pytest.fixture(scope="module")
+def rm_folder(taught_model, tmp_path_factory):
+    """A logprob-head reward model: the taught model itself, r = sum log p(completion, EOS | prompt)."""
+    folder = tmp_path_factory.mktemp("rm") / "final"
+    shutil.copytree(taught_model, folder)
+    (folder / "reward_model.json").write_text(json.dumps({"head": "logprob"}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def score_rm_folder(taught_model, tmp_path_factory):
+    """A sequence-classification reward model folder without reward_model.json, as from the hub."""
+    from transformers import AutoModelForSequenceClassification
+
+    from rlvr.models import load_tokenizer
+
+    folder = tmp_path_factory.mktemp("hub_rm") / "rm"
+    torch.manual_seed(0)
+    AutoModelForSequenceClassification.from_pretrained(str(taught_model), num_labels=1).save_pretrained(folder)
+    load_tokenizer(taught_model).save_pretrained(folder)
+    return folder
+
+
+def _rm(paths, **options):
+    raw = {"model": {"path": "m"}, "reward_model": {"paths" if isinstance(paths, list) else "path": paths, **options}}
+    return build_config(RunConfig, raw).reward_model
+
+
+def _groups(scores_by_group, gold_by_group=None, texts=None):
+    groups = []
+    for k, scores in enumerate(scores_by_group):
+        problem = Problem(id=f"p{k}", prompt=[{"role": "user", "content": f"{k}+1="}], reference={"answer": str(k + 1)},
+                          verifier="numeric")
+        completions = [Completion(token_ids=[5 + i, 2], text=f"{i}", logprobs=[-1.0, -1.0], finish_reason="stop")
+                       for i in range(len(scores))]
+        group = Group("arithmetic", problem, [1, 7, 8], completions, [Reward(s) for s in scores])
+        if gold_by_group is not None:
+            group.gold = [Reward(s, info={"extracted": "1"}) for s in gold_by_group[k]]
+        groups.append(group)
+    return groups
+
+
+def _samples(groups, threshold=None):
+    return sample_tensors(groups, on_failure="mask", success_threshold=threshold, overlong="none", max_new_tokens=4,
+                          overlong_buffer=1, overlong_penalty=1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Config
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("section, message", [
+    ({}, "reward_model.path: set exactly one of path"),
+    ({"path": "a", "paths": ["b"]}, "reward_model.path: set exactly one of path"),
+    ({"path": "a", "combine": "gate"}, "reward_model.verifier: combine 'gate' needs a rule-based verifier"),
+    ({"path": "a", "verifier": {"name": "format"}}, "reward_model.verifier: combine is 'replace'"),
+    ({"path": "a", "offset": 1.0}, "reward_model.offset: offset and scale apply with normalize: fixed"),
+    ({"path": "a", "ensemble": "median"}, "reward_model.ensemble"),
+    ({"path": "a", "combine": "add", "verifier": {"name": "nope"}}, "reward_model.verifier.name"),
+])
+def test_bad_reward_model_sections_fail_in_one_line(section, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        build_config(RunConfig, {"model": {"path": "m"}, "reward_model": section})
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring, ensembles, normalisation
+# ---------------------------------------------------------------------------------------------
+
+
+def test_scores_are_the_reward_models_own(rm_folder, score_rm_folder):
+    prompts, completions = [[1, 20, 21], [1, 22], [1, 23, 24, 25]], [[5, 2], [6, 7, 2], [2]]
+    for folder in (rm_folder, score_rm_folder):
+        scorer = RewardScorer(_rm(str(folder), batch_size=2), device="cpu", dtype="float32")
+        proxy, raw = scorer.proxy(prompts, completions)
+        expected = RewardModel(folder, batch_size=8).score(prompts, completions)
+        torch.testing.assert_close(proxy, expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(raw, expected[None], atol=1e-5, rtol=0)
+
+
+def test_an_ensemble_combines_normalised_members_and_logs_each(rm_folder, score_rm_folder):
+    config = _rm([str(rm_folder), str(score_rm_folder)], ensemble="mean_minus_std", ensemble_k=0.5,
+                 normalize="fixed", scale=2.0, clip=0.3)
+    scorer = RewardScorer(config, device="cpu", dtype="float32")
+    groups = _groups([[0.0, 1.0]])
+    ids = [g.prompt_ids for g in groups for _ in g.completions], [c.token_ids for g in groups for c in g.completions]
+    raw = torch.stack([RewardModel(rm_folder).score(*ids), RewardModel(score_rm_folder).score(*ids)])  # [2, 2]
+    z = raw / 2.0
+    expected = (z.mean(0) - 0.5 * z.std(0, unbiased=False)).clamp(-0.3, 0.3)
+    scorer.score_groups(groups, runner=None)
+    got = [r.score for r in groups[0].rewards]
+    assert got == pytest.approx(expected.tolist(), abs=1e-5)
+    first, second = groups[0].rewards
+    assert first.components["rm/0"] == pytest.approx(float(raw[0, 0]), abs=1e-5)  # each member's own score
+    assert second.components["rm/1"] == pytest.approx(float(raw[1, 1]), abs=1e-5)
+    own = raw[:, 0].mean() - 0.5 * raw[:, 0].std(unbiased=False)  # the ensemble's score, unnormalised, unclipped
+    assert first.components["rm"] == pytest.approx(float(own), abs=1e-5) and first.components["proxy"] == got[0]
+    assert [r.score for r in groups[0].gold] == [0.0, 1.0]  # the verifier's rewards became the gold
+
+
+def test_running_moments_match_the_whole_history_and_survive_a_checkpoint(rm_folder):
+    batches = [torch.tensor([1.0, 2.0, 4.0]), torch.tensor([-3.0]), torch.tensor([0.5, 0.25])]
+    n, mean, m2 = 0, 0.0, 0.0
+    for x in batches:
+        n, mean, m2 = merge_moments(n, mean, m2, x)
+    everything = torch.cat(batches).double()
+    assert n == 6 and mean == pytest.approx(float(everything.mean()))
+    assert running_std(n, m2) == pytest.approx(float(everything.std(unbiased=False)))
+
+    scorer = RewardScorer(_rm(str(rm_folder), normalize="running"), device="cpu", dtype="float32")
+    prompts, completions = [[1, 20], [1, 21], [1, 22]], [[5, 2], [6, 2], [7, 7, 2]]
+    first, _ = scorer.proxy(prompts, completions)
+    assert float(first.mean()) == pytest.approx(0.0, abs=1e-5)  # the first batch: by its own statistics
+    assert float(first.std(unbiased=False)) == pytest.approx(1.0, abs=1e-4)
+    state = json.loads(json.dumps(scorer.state_dict()))
+    again = RewardScorer(_rm(str(rm_folder), normalize="running"), device="cpu", dtype="float32")
+    again.load_state_dict(state)
+    torch.testing.assert_close(again.proxy(prompts[:1], completions[:1])[0], scorer.proxy(prompts[:1], completions[:1])[0])
+
+
+def test_a_reward_model_with_another_vocabulary_is_refused(rm_folder):
+    from rlvr.reward_scoring import check_same_tokenizer
+    from rlvr.verifiers.errors import InvalidValueError
+
+    class Other:
+        def get_vocab(self):
+            return {"a": 0}
+
+    with pytest.raises(InvalidValueError, match="reward_model.path: .* different tokenizer"):
+        check_same_tokenizer(Other(), RewardModel(rm_folder).tokenizer, str(rm_folder))
+
+
+# ---------------------------------------------------------------------------------------------
+# Composition with rule-based verifiers
+# ---------------------------------------------------------------------------------------------
+
+
+def test_combine_modes():
+    assert combine_add(0.5, Reward(-0.2)) == (pytest.approx(0.3), None)
+    assert combine_add(0.5, Reward(0.0, status="abstain"))[0] == 0.5
+    score, failure = combine_add(0.5, Reward(0.0, status="timeout"))
+    assert failure.status == "timeout"  # masked like any failed verification
+    assert combine_gate(0.7, Reward(1.0), min_score=1.0, fail_score=-1.0) == (0.7, None)
+    assert combine_gate(0.7, Reward(0.0), min_score=1.0, fail_score=-1.0) == (-1.0, None)
+    assert combine_gate(0.7, Reward(0.6), min_score=0.5, fail_score=-2.0)[0] == 0.7
+
+
+class _Runner:
+    """Scores every sample with the partner verifier's name looked up here (no worker processes)."""
+
+    def __init__(self, scores):
+        self.scores, self.calls = scores, []
+
+    def score_batch(self, name, completions, references, options, prompts, finish_reasons):
+        self.calls.append((name, options))
+        return [Reward(self.scores[c]) for c in completions]
+
+
+def test_gate_and_add_through_the_scorer(rm_folder):
+    groups = _groups([[1.0, 0.0]])
+    gated = RewardScorer(_rm(str(rm_folder), combine="gate", verifier={"name": "format"}, gate_fail_score=-5.0),
+                         device="cpu", dtype="float32")
+    gated.score_groups(groups, _Runner({"0": 1.0, "1": 0.0}))
+    proxy = [r.components["proxy"] for r in groups[0].rewards]
+    assert [r.score for r in groups[0].rewards] == [pytest.approx(proxy[0]), -5.0]
+    assert groups[0].rewards[1].components["format"] == 0.0
+
+    groups = _groups([[1.0, 0.0]])
+    runner = _Runner({"0": -0.25, "1": 0.0})
+    added = RewardScorer(_rm(str(rm_folder), combine="add", verifier={"name": "length", "options": {}}),
+                         device="cpu", dtype="float32")
+    added.score_groups(groups, runner)
+    assert runner.calls == [("length", {})]
+    assert groups[0].rewards[0].score == pytest.approx(groups[0].rewards[0].components["proxy"] - 0.25)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics: gold next to proxy, no fake accuracy, continuous rewards
+# ---------------------------------------------------------------------------------------------
+
+
+def test_gold_metrics_and_no_accuracy_from_the_reward_model():
+    groups = _groups([[0.3, -1.2, 2.0, 0.1]], gold_by_group=[[1.0, 0.0, 1.0, 1.0]])
+    for g in groups:
+        for r in g.rewards:
+            r.components = {"proxy": r.score, "rm": 10 * r.score}
+    samples = _samples(groups, threshold=0.2)  # even a threshold judges the verifier's rewards, not the RM's
+    metrics = step_metrics(groups, samples, RolloutStats(groups_seen=1), {}, None, mixed=False)
+    assert "reward/accuracy" not in metrics
+    assert metrics["gold/accuracy"] == 0.75 and metrics["gold/mean"] == 0.75
+    assert metrics["proxy/reward"] == pytest.approx(3.0) and metrics["reward/mean"] == pytest.approx(0.3)
+    assert metrics["verify/no_answer_frac"] == 0.0  # the verifier's extraction, not the reward model's
+
+
+def test_continuous_verifier_rewards_log_no_accuracy_and_no_zero_variance_alarm():
+    groups = _groups([[0.2, 0.7, 0.4, 0.9], [0.1, 0.3, 0.35, 0.0]])
+    assert all(has_signal(g.rewards) for g in groups)
+    samples = _samples(groups)
+    assert samples.correct is None
+    rollout = RolloutStats(groups_seen=2, zero_variance_groups=sum(not has_signal(g.rewards) for g in groups))
+    metrics = step_metrics(groups, samples, rollout, {}, None, mixed=False)
+    assert "reward/accuracy" not in metrics and metrics["rollout/zero_variance_frac"] == 0.0
+    alarms = Alarms(patience=2)
+    assert all(alarms.update(step, metrics) == [] for step in range(1, 6))
+    # binary rewards keep their accuracy; an explicit threshold gives continuous ones one
+    binary = _groups([[1.0, 0.0, 0.0, 0.0]])
+    assert step_metrics(binary, _samples(binary), RolloutStats(), {}, None, mixed=False)["reward/accuracy"] == 0.25
+    assert _samples(groups, threshold=0.5).correct.float().mean() == 0.25
+
+
+# ---------------------------------------------------------------------------------------------
+# The gold-vs-proxy alarm
+# ---------------------------------------------------------------------------------------------
+
+
+def test_divergence_rule_fires_on_proxy_up_gold_down_and_not_on_noise():
+    up = [0.1 * i for i in range(20)]
+    falling = [0.5 - 0.02 * i for i in range(20)]
+    assert diverging(up, falling)
+    assert not diverging(up, [0.5 + 0.02 * i for i in range(20)])  # both rise: learning
+    assert not diverging([2.0 - 0.1 * i for i in range(20)], falling)  # both fall
+    noise = [0.40, 0.46, 0.37, 0.44, 0.41, 0.35, 0.45, 0.39, 0.43, 0.38] * 2
+    assert not diverging(up, noise)  # a rising proxy beside a flat, noisy gold
+    noisy_fall = [g - 0.002 * i for i, g in enumerate(noise)]  # half means 0.02 apart: within the noise (sd 0.035)
+    assert not diverging(up, noisy_fall)
+    assert diverging(up, [g - 0.015 * i for i, g in enumerate(noise)])  # 0.3 down: beyond it
+    assert not diverging(up, [0.5 - 0.0002 * i for i in range(20)])  # smooth but smaller than min_drop
+    assert not diverging([1.0, 2.0], [1.0, 0.0])  # too short to say
+
+
+def test_the_alarm_fires_once_per_stretch_and_resumes():
+    alarms = Alarms(patience=5, window=8)
+    fired = []
+    for step in range(1, 30):
+        proxy, gold = (step, 1.0 - 0.05 * step) if step <= 20 else (20 - step, 0.0 + 0.05 * step)
+        fired += [(step, m) for m in alarms.update(step, {"proxy/reward": proxy, "gold/mean": gold})]
+        if step == 10:
+            state = json.loads(json.dumps(alarms.state_dict()))
+    assert [s for s, _ in fired] == [8] and "gold_vs_proxy" in fired[0][1]
+    assert alarms.fired == [(8, "gold_vs_proxy")]
+    resumed = Alarms(patience=5, window=8)
+    resumed.load_state_dict(state)
+    assert resumed.history == alarms_history_at(10) and resumed.diverging
+
+
+def alarms_history_at(step):
+    return [(float(s), 1.0 - 0.05 * s) for s in range(step - 7, step + 1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end: GRPO and PPO against a reward model, resume with running normalisation
+# ---------------------------------------------------------------------------------------------
+
+
+def _config(model, rm, out, *overrides):
+    raw = {
+        "out": str(out), "model": {"path": str(model)},
+        "data": [{"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}}],
+        "reward_model": {"path": str(rm), "normalize": "running", "clip": 3.0},
+        "generation": {"max_new_tokens": 3}, "optim": {"lr": 1e-3},
+        "train": {"steps": 3, "prompts_per_step": 4, "group_size": 4, "micro_batch_size": 16, "threads": 1},
+        "eval": {"limit": 8}, "checkpoint": {"every": 0}, "log": {"progress": False, "plot_every": 0},
+        "verifier": {"workers": 0},
+    }
+    return build_config(RunConfig, raw, list(overrides))
+
+
+def _check_run(out, summary):
+    records = read_metrics(out / "metrics.jsonl")
+    step = records[1]
+    for key in ["proxy/reward", "gold/mean", "gold/accuracy", "reward/proxy", "reward/rm", "time/reward_model"]:
+        assert key in step, key
+    assert "reward/accuracy" not in step
+    assert summary["gold_accuracy_before"] == summary["accuracy_before"] is not None
+    assert summary["gold_accuracy_after"] == summary["accuracy_after"] is not None
+    assert json.loads((out / "summary.json").read_text())["gold_accuracy_after"] == summary["gold_accuracy_after"]
+    assert (out / "metrics.png").stat().st_size > 10_000
+    return records
+
+
+def test_grpo_against_a_reward_model(taught_model, rm_folder, tmp_path):
+    summary = grpo.train(_config(taught_model, rm_folder, tmp_path, "algorithm.beta=0"))
+    assert [r["step"] for r in _check_run(tmp_path, summary)] == [0, 1, 2, 3]
+
+
+def test_ppo_against_a_reward_model(taught_model, rm_folder, tmp_path):
+    summary = ppo.train(_config(taught_model, rm_folder, tmp_path, "algorithm.preset=ppo", "algorithm.minibatches=2",
+                                "algorithm.ppo_epochs=1"))
+    records = _check_run(tmp_path, summary)
+    assert all("critic/value_loss" in r for r in records[1:])  # the critic regresses on the normalised proxy
+
+
+def test_a_resumed_run_keeps_the_running_normalisation(taught_model, rm_folder, tmp_path, monkeypatch):
+    extra = ["train.steps=4", "checkpoint.every=2", "eval.at_start=false", "eval.at_end=false", "algorithm.beta=0"]
+    grpo.train(_config(taught_model, rm_folder, tmp_path / "whole", *extra))
+    real, calls = grpo.update_policy, []
+
+    def crash_at_step_3(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("killed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grpo, "update_policy", crash_at_step_3)
+    with pytest.raises(RuntimeError, match="killed"):
+        grpo.train(_config(taught_model, rm_folder, tmp_path / "killed", *extra))
+    monkeypatch.setattr(grpo, "update_policy", real)
+    grpo.train(_config(taught_model, rm_folder, tmp_path / "killed", *extra), resume=True)
+    whole, resumed = read_metrics(tmp_path / "whole" / "metrics.jsonl"), read_metrics(tmp_path / "killed" / "metrics.jsonl")
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4]
+    for a, b in zip(whole, resumed):  # the normalised rewards need the saved running statistics
+        assert a["proxy/reward"] == pytest.approx(b["proxy/reward"], abs=1e-5)
+        assert a["reward/mean"] == pytest.approx(b["reward/mean"], abs=1e-5)
+
+
+def test_quickstart_reward_model_wires_its_stages(tmp_path, monkeypatch, capsys):
+    """`rlvr quickstart --reward-model`: SFT -> pairs from the SFT model -> reward model -> GRPO against it
+    (each stage replaced by a stub that records what it was given)."""
+    import rlvr.models
+    import rlvr.preferences
+    import rlvr.recipes
+    import rlvr.reward_model
+    import rlvr.sft
+    from rlvr.cli import main
+
+    seen = {}
+    monkeypatch.setattr(rlvr.models, "build_tiny_model", lambda path, seed: seen.setdefault("base", path))
+    monkeypatch.setattr(rlvr.sft, "train", lambda config: {"steps": 7, "eval_accuracy": 0.3})
+
+    def preferences(model, task, out, **kwargs):
+        seen["preferences"] = (model, task, out, kwargs)
+        return {"pairs": 11, "sample_accuracy": 0.2}
+
+    def train_rm(config):
+        seen["rm"] = config
+        return {"pairwise_accuracy": 0.93, "model": str(tmp_path / "rm" / "final")}
+
+    def train_rl(config):
+        seen["rl"] = config
+        return {"accuracy_before": 0.3, "accuracy_after": 0.5, "gold_accuracy_before": 0.3, "gold_accuracy_after": 0.5,
+                "wall_s": 1.0, "alarms": []}
+
+    monkeypatch.setattr(rlvr.preferences, "build_preferences", preferences)
+    monkeypatch.setattr(rlvr.reward_model, "train", train_rm)
+    monkeypatch.setattr(rlvr.recipes, "train", train_rl)
+    assert main(["quickstart", "--reward-model", "--out", str(tmp_path), "--seed", "3", "--steps", "5", "--no-progress"]) == 0
+    model, task, out, kwargs = seen["preferences"]
+    assert model == str(tmp_path / "sft" / "final") and task == "arithmetic" and kwargs["options"]["max_digits"] == 3
+    assert seen["rm"].data.path == str(out) and seen["rm"].model.path == model and seen["rm"].head == "logprob"
+    rl = seen["rl"]
+    assert rl.reward_model.path == str(tmp_path / "rm" / "final") and rl.train.steps == 5 and rl.train.seed == 3
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["pairwise_accuracy"] == 0.93 and summary["gold_accuracy_after"] == 0.5 and "wall_s" in summary
+    printed = capsys.readouterr().out
+    assert "[5/5] GRPO against the reward model" in printed and "gold-vs-proxy alarm: never fired" in printed
