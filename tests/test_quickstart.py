@@ -74,3 +74,17 @@ def test_quickstart_with_ppo_learns_with_a_critic(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     explained = [r["critic/explained_variance"] for r in records if r["step"] > 100]
     assert sum(explained) / len(explained) > 0.02  # the critic learns to explain some of the returns (0.06 measured)
+
+
+@pytest.mark.slow
+def test_quickstart_with_a_learned_reward_model_runs_end_to_end(tmp_path):
+    """`rlvr quickstart --reward-model`, its RL stage shortened to 30 steps (the full run's numbers are in
+    docs/reward-models.md): SFT, preference pairs from the SFT model, a reward model, GRPO against it."""
+    result = subprocess.run([sys.executable, "-m", "rlvr.cli", "quickstart", "--reward-model", "--steps", "30",
+                             "--out", str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["pairwise_accuracy"] >= 0.9, summary  # the reward model ranks held-out pairs well
+    assert 0 <= summary["gold_accuracy_before"] <= 1 and 0 <= summary["gold_accuracy_after"] <= 1
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all("gold/accuracy" in r and "proxy/reward" in r for r in records if r["step"] > 0)
