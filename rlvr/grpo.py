@@ -29,7 +29,7 @@ from rlvr.rollout import ProblemSampler, collate, collect_groups, sample_tensors
 from rlvr.run_folder import prepare_run_folder
 from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads
 from rlvr.step_metrics import run_summary, step_metrics
-from rlvr.suites import PromptEncoder, check_verifiers, drop_overlong_prompts, load_eval_suites, load_training_suites
+from rlvr.suites import PromptEncoder, announce_suites, check_verifiers, drop_overlong_prompts, load_eval_suites, load_training_suites
 from rlvr.tracking import Alarms, Tracker, VerifierErrors, plot_metrics
 from rlvr.update import UpdateSettings, no_grad_logprobs, reference_logprobs, update_policy
 from rlvr.verifiers.runner import VerifierRunner
@@ -57,11 +57,12 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     eval_suites = load_eval_suites(config)
     check_verifiers(config.verifier.name, config.verifier.options,
                     [p for problems in [*suites.values(), *eval_suites.values()] for p in problems])
+    announce_suites(config, suites, eval_suites)  # verifier, instruction, chat template of each suite
     runner = VerifierRunner(workers=config.verifier.workers, timeout_s=config.verifier.timeout_s)
 
     # ---- models, engine, optimizer, logging --------------------------------------------------
     tokenizer = load_tokenizer(config.model.path)
-    encode = PromptEncoder(tokenizer)
+    encode = PromptEncoder.for_suites(tokenizer, suites, eval_suites)  # each suite's chat_template
     context = context_length(config.model.path)
     suites = drop_overlong_prompts(suites, encode, context, gen.max_new_tokens, gen.overlong_prompts)
     eval_suites = drop_overlong_prompts(eval_suites, encode, context, _eval_max_new_tokens(config), gen.overlong_prompts)

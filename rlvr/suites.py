@@ -169,3 +169,73 @@ def check_verifiers(override: str | None, options: dict, problems) -> None:
 
     for name in {override} if override else {p.verifier for p in problems}:
         get_verifier(name, **(options if override else {}))
+
+
+def describe_suites(config, suites: dict[str, Sequence[Problem]], eval_suites: dict[str, Sequence[Problem]]) -> list[str]:
+    """The run's first lines about its data: for each training and eval suite, the verifier that
+    scores it (and where that choice comes from), the instruction appended to its prompts, and its
+    chat template; then a warning for each eval suite that shares prompts with the training data
+    (e.g. the default eval of a one-file ``custom`` suite, which reads the same file for every split)."""
+    lines = []
+    train_keys = [f"data.{i}" for i in range(len(config.data))]
+    eval_keys = [f"eval.tasks.{i}" for i in range(len(config.eval.tasks))] or ["data.0"]
+    for kind, keys, named in (("train", train_keys, suites), ("eval", eval_keys, eval_suites)):
+        for key, (name, problems) in zip(keys, named.items()):
+            lines.append(f"{kind} suite {name} ({key}): {_describe(problems, config.verifier.name, key)}")
+    lines += _overlap_warnings(config, suites, eval_suites)
+    return lines
+
+
+def _describe(problems: Sequence[Problem], override: str | None, key: str) -> str:
+    split = getattr(problems, "split", "")
+    where = getattr(problems, "path", None)
+    head = f"{len(problems)} problems" + (f", split {split}" if split else "") + (f", {where}" if where else "")
+    if override:
+        verifier = f"verifier {override} (verifier.name)"
+    else:
+        names = sorted({p.verifier for p in problems})
+        how = f"{key}.options.verifier or verifier.name" if getattr(problems, "task", "") == "custom" else "verifier.name"
+        verifier = f"verifier {', '.join(names)} (the suite's default; set {how} to change it)"
+    instruction = getattr(problems, "instruction", None)
+    if instruction is None:
+        added = "prompts as the suite writes them"
+    elif instruction:
+        added = f"instruction added to each prompt: {instruction!r} ({key}.options.instruction: none drops it)"
+    else:
+        added = "no instruction added"
+    template = getattr(problems, "chat_template", AUTO)
+    rendered = f"chat_template {template.path if template.mode == 'file' else template.mode}"
+    return f"{head}; {verifier}; {added}; {rendered}"
+
+
+def _prompt_key(problem: Problem) -> tuple:
+    return tuple((m.get("role", ""), m["content"]) for m in problem.prompt)
+
+
+def _overlap_warnings(config, suites: dict[str, Sequence[Problem]], eval_suites: dict[str, Sequence[Problem]]) -> list[str]:
+    trained = {_prompt_key(p) for problems in suites.values() for p in problems}
+    warnings = []
+    for name, problems in eval_suites.items():
+        shared = sum(_prompt_key(p) in trained for p in problems)
+        if not shared:
+            continue
+        path = getattr(problems, "path", None)
+        why = (f" ({path} is one file: a custom suite reads it for every split)"
+               if getattr(problems, "task", "") == "custom" and path and not _is_folder(path) else "")
+        fix = ("set eval.tasks to held-out data (e.g. {task: custom, path: test.jsonl, ...}), or point the suite at a "
+               "folder holding train.jsonl and test.jsonl")
+        warnings.append(f"warning: eval suite {name!r}: {shared} of its {len(problems)} prompts are also training "
+                        f"prompts{why}, so its accuracy is not held-out accuracy; {fix}")
+    return warnings
+
+
+def _is_folder(path: str) -> bool:
+    from pathlib import Path
+
+    return Path(path).expanduser().is_dir()
+
+
+def announce_suites(config, suites: dict[str, Sequence[Problem]], eval_suites: dict[str, Sequence[Problem]]) -> None:
+    """Print :func:`describe_suites` (the run's first lines, before any model is loaded)."""
+    for line in describe_suites(config, suites, eval_suites):
+        print(line, flush=True)
