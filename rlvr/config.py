@@ -282,6 +282,7 @@ class LogConfig(Section):
     tensorboard: bool = False
     wandb: bool = False
     wandb_project: str = "rlvr"
+    plot: bool = Field(True, description="draw metrics.png (every plot_every steps and at the end); false = no plot")
     plot_every: int = Field(50, ge=0, description="redraw plots every N steps (0 = only at the end)")
     alarm_patience: int = Field(5, ge=1, description="consecutive bad steps before an alarm")
     progress: bool = True
@@ -290,6 +291,10 @@ class LogConfig(Section):
 class CheckpointConfig(Section):
     every: int = Field(50, ge=0, description="save every N steps (0 = only at the end)")
     keep: int = Field(1, ge=1, description="most recent checkpoints kept")
+    at_end: bool = Field(True, description="save a resumable checkpoint after the last step (false: only the "
+                         "every-N ones)")
+    final_model: bool = Field(True, description="save the trained model to final/ (a model folder for `rlvr eval` "
+                              "and later stages) at the end of the run")
 
 
 class CriticConfig(Section):

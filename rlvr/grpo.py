@@ -171,9 +171,9 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             if progress is not None:
                 progress.set_postfix(reward=f"{metrics['reward/mean']:.3f}", acc=f"{metrics['reward/accuracy']:.3f}")
                 progress.update(1)
-            if config.log.plot_every and step % config.log.plot_every == 0:
+            if config.log.plot and config.log.plot_every and step % config.log.plot_every == 0:
                 plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))
-            if (config.checkpoint.every and step % config.checkpoint.every == 0) or step == t.steps:
+            if (config.checkpoint.every and step % config.checkpoint.every == 0) or (step == t.steps and config.checkpoint.at_end):
                 save_checkpoint(run_dir, step, models={"policy": policy}, tokenizer=tokenizer, states=states,
                                 keep=config.checkpoint.keep,
                                 extra={"wall_s": wall_before + time.perf_counter() - started, "evaluations": evaluations})
@@ -185,8 +185,10 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
         call_optional(engine, "close")
 
     # ---- the end: model, plots, summary (the final evaluation ran with the last step) ---------
-    save_final_model(policy, tokenizer, run_dir / "final")
-    plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))
+    if config.checkpoint.final_model:
+        save_final_model(policy, tokenizer, run_dir / "final")
+    if config.log.plot:
+        plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))
     tracker.close()
     summary = run_summary(config, evaluations, alarms, wall_before + time.perf_counter() - started)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -187,9 +187,9 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             if progress is not None:
                 progress.set_postfix(reward=f"{metrics['reward/mean']:.3f}", ev=f"{metrics['critic/explained_variance']:.2f}")
                 progress.update(1)
-            if config.log.plot_every and step % config.log.plot_every == 0:
+            if config.log.plot and config.log.plot_every and step % config.log.plot_every == 0:
                 plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir), panels=PPO_PANELS)
-            if (config.checkpoint.every and step % config.checkpoint.every == 0) or step == t.steps:
+            if (config.checkpoint.every and step % config.checkpoint.every == 0) or (step == t.steps and config.checkpoint.at_end):
                 save_checkpoint(run_dir, step, models={"policy": policy, "critic": critic}, tokenizer=tokenizer,
                                 states=states, keep=config.checkpoint.keep,
                                 extra={"wall_s": wall_before + time.perf_counter() - started, "evaluations": evaluations})
@@ -201,11 +201,13 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
         call_optional(engine, "close")
 
     # ---- the end: policy (without the critic's adapter), critic, plots, summary ---------------
-    critic.save(run_dir / "final_critic")
-    if critic.shares_policy_base:
-        policy.delete_adapter("value")
-    save_final_model(policy, tokenizer, run_dir / "final")
-    plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir), panels=PPO_PANELS)
+    if config.checkpoint.final_model:
+        critic.save(run_dir / "final_critic")
+        if critic.shares_policy_base:
+            policy.delete_adapter("value")
+        save_final_model(policy, tokenizer, run_dir / "final")
+    if config.log.plot:
+        plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir), panels=PPO_PANELS)
     tracker.close()
     summary = run_summary(config, evaluations, alarms, wall_before + time.perf_counter() - started)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

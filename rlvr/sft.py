@@ -193,7 +193,8 @@ def train(config: SFTConfig, *, overwrite: bool = False) -> dict[str, Any]:
     final = run_dir / "final"
     save_final_model(model, tokenizer, final)
     tracker.close()
-    plot_metrics(tracker.path, run_dir / "metrics.png", title=f"SFT {run_dir}")
+    if config.log.plot:
+        plot_metrics(tracker.path, run_dir / "metrics.png", title=f"SFT {run_dir}")
     summary = {"steps": step, "eval_accuracy": accuracy, "wall_s": time.perf_counter() - started, "model": str(final)}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
