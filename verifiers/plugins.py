@@ -178,8 +178,8 @@ class Registry(Generic[T]):
 
     def unknown(self, name: Any) -> UnknownNameError:
         known = self.names()
-        paths = " (or an import path, 'package.module:Attribute')" if self.import_paths else ""
-        return UnknownNameError(f"unknown {self.kind} {name!r}; valid {self.plural}{paths}: {', '.join(known) or '(none)'}")
+        paths = "; or an import path, 'package.module:Attribute'" if self.import_paths else ""
+        return UnknownNameError(f"unknown {self.kind} {name!r}; valid {self.plural}: {', '.join(known) or '(none)'}{paths}")
 
     def get(self, name: str) -> T:
         """The object registered under ``name``, importing a lazy entry on first use."""
