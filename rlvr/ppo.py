@@ -117,7 +117,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
 
     progress = make_progress(t.steps, algo.preset, initial=start_step, enabled=config.log.progress)
     verifier_errors = VerifierErrors(config.verifier.max_error_frac, printer=progress.write if progress else print)
-    log_s = None  # what the previous step spent after its time/step ended, evaluation excluded (time/log)
+    log_s = 0.0  # time/log: the previous step's metrics line, progress, plot and checkpoint (none before the first)
     try:
         for step in range(start_step + 1, t.steps + 1):
             step_start = time.perf_counter()
@@ -168,21 +168,18 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                 "time/verify": rollout.verify_s,
                 "time/update": step_end - update_start,
                 "time/step": step_end - step_start,
+                "time/log": log_s,
                 "perf/tokens_per_s": rollout.generated_tokens / max(rollout.generate_s, 1e-9),
             })
-            if log_s is not None:
-                metrics["time/log"] = log_s
             for message in alarms.update(step, metrics):
                 (progress.write if progress is not None else print)(message)
 
             # ---- 6. evaluate (on schedule and after the last step), checkpoint ------------------
             periodic = config.eval.every and step % config.eval.every == 0
-            eval_s = 0.0
             if eval_suites and (periodic or (step == t.steps and config.eval.at_end)):
-                eval_s = time.perf_counter()
                 metrics.update(_evaluate(engine, encode, eval_suites, runner, config))
                 evaluations[step] = {k: v for k, v in metrics.items() if k.startswith("eval/")}
-                eval_s = time.perf_counter() - eval_s
+            log_start = time.perf_counter()
             tracker.log(step, metrics)
             if progress is not None:
                 progress.set_postfix(reward=f"{metrics['reward/mean']:.3f}", ev=f"{metrics['critic/explained_variance']:.2f}")
@@ -193,7 +190,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                 save_checkpoint(run_dir, step, models={"policy": policy, "critic": critic}, tokenizer=tokenizer,
                                 states=states, keep=config.checkpoint.keep,
                                 extra={"wall_s": wall_before + time.perf_counter() - started, "evaluations": evaluations})
-            log_s = time.perf_counter() - step_end - eval_s
+            log_s = time.perf_counter() - log_start
     finally:
         if progress is not None:
             progress.close()
