@@ -1,32 +1,121 @@
 """Chat messages -> the text and token ids a model reads.
 
-Task suites hand the trainer chat messages; only here do they meet a tokenizer. A tokenizer with
-a chat template renders them with the generation prompt appended; one without a template (a base
-model) gets the message contents joined by blank lines.
+Task suites hand the trainer chat messages; only here do they meet a tokenizer. How they are
+rendered is a suite's ``chat_template`` setting (``data[i].chat_template``, ``rlvr eval
+--chat-template``, SFT's ``data[i].chat_template``):
+
+* ``auto`` (the default): the tokenizer's chat template, with the generation prompt appended; a
+  tokenizer without one (a base model) gets the message contents joined by blank lines, plus the
+  special tokens the tokenizer adds by default (its BOS, if it has one);
+* ``none``: raw prompts, whatever the tokenizer's template: the message contents joined by blank
+  lines (for the usual one-message prompt, the question itself), encoded as ``tokenizer(text)``
+  encodes it, so with the tokenizer's default special tokens (a Llama-style tokenizer prepends
+  BOS, a Qwen-style one adds nothing);
+* a path to a Jinja template file: rendered like a tokenizer's own template (``messages``,
+  ``bos_token``, ``eos_token``, ``add_generation_prompt=True``); the template writes every special
+  token itself, so none is added.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
+
+from rlvr.verifiers.errors import InvalidValueError, MissingFileError
 
 Messages = Sequence[dict[str, str]]
 
+#: The named ``chat_template`` settings; anything else is a path to a Jinja template file.
+CHAT_TEMPLATE_MODES = ("auto", "none")
 
-def render_prompt(tokenizer: Any | None, messages: Messages) -> str:
-    """The prompt text a model sees for ``messages`` (template applied, generation prompt added)."""
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A resolved ``chat_template`` setting: ``mode`` is auto, none or file; ``source`` the
+    template text of a file."""
+
+    mode: str = "auto"
+    path: str | None = None
+    source: str | None = None
+
+    def describe(self, tokenizer: Any | None = None) -> str:
+        """How prompts are rendered, in words (for the run's first lines and ``rlvr tasks show``)."""
+        if self.mode == "file":
+            return f"chat template {self.path}"
+        if self.mode == "none":
+            return "raw prompts (chat_template none: message contents joined, the tokenizer's default special tokens)"
+        if tokenizer is not None and not getattr(tokenizer, "chat_template", None):
+            return "raw prompts (the tokenizer has no chat template)"
+        return "the tokenizer's chat template"
+
+
+AUTO = ChatTemplate()
+
+
+def resolve_chat_template(setting: str | ChatTemplate | None, where: str = "chat_template") -> ChatTemplate:
+    """``auto`` | ``none`` | a Jinja template file -> :class:`ChatTemplate`. A missing file, or one
+    that is not a valid Jinja template, is an error naming ``where`` (the config field or flag)."""
+    if isinstance(setting, ChatTemplate):
+        return setting
+    if setting is None or setting == "auto":
+        return AUTO
+    if setting == "none":
+        return ChatTemplate("none")
+    path = Path(str(setting)).expanduser()
+    if not path.is_file():
+        raise MissingFileError(f"{where}: {setting!r} is neither {' nor '.join(CHAT_TEMPLATE_MODES)} nor a Jinja "
+                               "template file that exists")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidValueError(f"{where}: cannot read the template file {path}: {exc}") from None
+    _check_jinja(source, f"{where}: {path}")
+    return ChatTemplate("file", str(path), source)
+
+
+def _check_jinja(source: str, where: str) -> None:
+    try:
+        import jinja2
+    except ImportError:  # pragma: no cover - a dependency of transformers
+        return
+    try:
+        jinja2.Environment().parse(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise InvalidValueError(f"{where} is not a valid Jinja template (line {exc.lineno}: {exc.message})") from None
+
+
+def _check_messages(messages: Messages) -> None:
     if not messages:
         raise ValueError("a prompt needs at least one chat message")
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or "content" not in message:
             raise ValueError(f"chat message {i} must be a dict with 'role' and 'content', got {message!r}")
-    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+
+def _uses_template(tokenizer: Any | None, template: ChatTemplate) -> bool:
+    if template.mode == "file":
+        return True
+    return template.mode == "auto" and tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
+
+
+def render_prompt(tokenizer: Any | None, messages: Messages, chat_template: str | ChatTemplate | None = None) -> str:
+    """The prompt text a model sees for ``messages`` under ``chat_template`` (module docstring)."""
+    _check_messages(messages)
+    template = resolve_chat_template(chat_template)
+    if _uses_template(tokenizer, template):
+        if tokenizer is None:
+            raise ValueError("a chat template file needs a tokenizer to render with")
+        extra = {"chat_template": template.source} if template.mode == "file" else {}
+        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True, **extra)
     return "\n\n".join(m["content"] for m in messages)
 
 
-def encode_prompts(tokenizer: Any, prompts: Sequence[Messages]) -> list[list[int]]:
-    """Token ids of each rendered prompt. Special tokens come from the template, so none are added here
-    (a template that writes ``bos_token`` would otherwise get it twice)."""
-    texts = [render_prompt(tokenizer, messages) for messages in prompts]
-    has_template = bool(getattr(tokenizer, "chat_template", None))
-    return tokenizer(texts, add_special_tokens=not has_template)["input_ids"]
+def encode_prompts(tokenizer: Any, prompts: Sequence[Messages],
+                   chat_template: str | ChatTemplate | None = None) -> list[list[int]]:
+    """Token ids of each rendered prompt. With a template, special tokens come from the template, so
+    none are added here (a template that writes ``bos_token`` would otherwise get it twice); raw
+    prompts get the tokenizer's default special tokens, as ``tokenizer(text)`` gives them."""
+    template = resolve_chat_template(chat_template)
+    texts = [render_prompt(tokenizer, messages, template) for messages in prompts]
+    return tokenizer(texts, add_special_tokens=not _uses_template(tokenizer, template))["input_ids"]

@@ -70,6 +70,17 @@ def plugin_options(check: str, name: str, options: dict, name_field: str) -> Non
         raise FieldError(name_field if isinstance(exc, PluginLoadError) else "options", str(exc)) from None
 
 
+def check_chat_template(value: str) -> str:
+    """``auto``, ``none`` or a readable Jinja template file (pydantic reports the error under the field)."""
+    from rlvr.chat import resolve_chat_template
+
+    try:
+        resolve_chat_template(value, where="file")
+    except UserError as exc:
+        raise ValueError(str(exc).removeprefix("file: ")) from None
+    return value
+
+
 class LoraConfig(Section):
     r: int = Field(16, ge=1, description="adapter rank")
     alpha: float = Field(32.0, gt=0, description="LoRA scaling numerator (scale = alpha / r)")
@@ -91,6 +102,10 @@ class TaskConfig(Section):
     options: dict[str, Any] = Field(default_factory=dict, description="keyword options of the suite")
     weight: float = Field(1.0, gt=0, description="sampling weight when several suites are mixed")
     limit: Optional[int] = Field(None, ge=1, description="use only the first N problems")
+    chat_template: str = Field("auto", description="how prompts are rendered: auto (the tokenizer's chat template), "
+                               "none (raw prompts: message contents as plain text), or a Jinja template file")
+
+    _valid_chat_template = field_validator("chat_template")(lambda cls, v: check_chat_template(v))
 
     @model_validator(mode="after")
     def _known_task_and_options(self) -> "TaskConfig":
@@ -269,6 +284,7 @@ class LogConfig(Section):
     tensorboard: bool = False
     wandb: bool = False
     wandb_project: str = "rlvr"
+    plot: bool = Field(True, description="draw metrics.png (every plot_every steps and at the end); false = no plot")
     plot_every: int = Field(50, ge=0, description="redraw plots every N steps (0 = only at the end)")
     alarm_patience: int = Field(5, ge=1, description="consecutive bad steps before an alarm")
     divergence_window: int = Field(20, ge=4, description="steps over which the gold-vs-proxy alarm compares the "
@@ -279,6 +295,10 @@ class LogConfig(Section):
 class CheckpointConfig(Section):
     every: int = Field(50, ge=0, description="save every N steps (0 = only at the end)")
     keep: int = Field(1, ge=1, description="most recent checkpoints kept")
+    at_end: bool = Field(True, description="save a resumable checkpoint after the last step (false: only the "
+                         "every-N ones)")
+    final_model: bool = Field(True, description="save the trained model to final/ (a model folder for `rlvr eval` "
+                              "and later stages) at the end of the run")
 
 
 class CriticConfig(Section):
@@ -433,6 +453,10 @@ class SFTDataConfig(Section):
     split: str = "train"
     options: dict[str, Any] = Field(default_factory=dict)
     limit: Optional[int] = Field(None, ge=1)
+    chat_template: str = Field("auto", description="how prompts are rendered: auto, none or a Jinja template file "
+                               "(as data[i].chat_template of `rlvr train`: SFT and RL should render them alike)")
+
+    _valid_chat_template = field_validator("chat_template")(lambda cls, v: check_chat_template(v))
 
     @model_validator(mode="after")
     def _known_task_and_options(self) -> "SFTDataConfig":

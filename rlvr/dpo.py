@@ -169,7 +169,8 @@ def train(config: DPOConfig, *, overwrite: bool = False) -> dict[str, Any]:
         runner.close()
     final = save_final_model(policy, tokenizer, run_dir / "final")
     tracker.close()
-    plot_metrics(tracker.path, run_dir / "metrics.png", title=f"DPO {run_dir}", panels=PANELS)
+    if config.log.plot:
+        plot_metrics(tracker.path, run_dir / "metrics.png", title=f"DPO {run_dir}", panels=PANELS)
     summary = {
         "steps": total_steps, "train_pairs": len(train_data), "eval_pairs": len(eval_data),
         "train_implicit_accuracy": on_train["accuracy"], "train_margin": on_train["margin"],

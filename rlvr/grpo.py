@@ -30,7 +30,8 @@ from rlvr.rollout import ProblemSampler, collate, collect_groups, sample_tensors
 from rlvr.run_folder import prepare_run_folder
 from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads
 from rlvr.step_metrics import progress_postfix, run_summary, step_metrics
-from rlvr.suites import PromptEncoder, check_verifiers, drop_overlong_prompts, load_eval_suites, load_training_suites
+from rlvr.suites import (PromptEncoder, announce_suites, check_verifiers, drop_overlong_prompts, load_eval_suites,
+                         load_training_suites)
 from rlvr.tracking import Alarms, Tracker, VerifierErrors, plot_metrics
 from rlvr.update import UpdateSettings, no_grad_logprobs, reference_logprobs, update_policy
 from rlvr.verifiers.runner import VerifierRunner
@@ -58,11 +59,12 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     eval_suites = load_eval_suites(config)
     check_verifiers(config.verifier.name, config.verifier.options,
                     [p for problems in [*suites.values(), *eval_suites.values()] for p in problems])
+    announce_suites(config, suites, eval_suites)  # verifier, instruction, chat template of each suite
     runner = VerifierRunner(workers=config.verifier.workers, timeout_s=config.verifier.timeout_s)
 
     # ---- models, engine, optimizer, logging --------------------------------------------------
     tokenizer = load_tokenizer(config.model.path)
-    encode = PromptEncoder(tokenizer)
+    encode = PromptEncoder.for_suites(tokenizer, suites, eval_suites)  # each suite's chat_template
     context = context_length(config.model.path)
     suites = drop_overlong_prompts(suites, encode, context, gen.max_new_tokens, gen.overlong_prompts)
     eval_suites = drop_overlong_prompts(eval_suites, encode, context, _eval_max_new_tokens(config), gen.overlong_prompts)
@@ -97,6 +99,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
 
     progress = make_progress(t.steps, algo.preset, initial=start_step, enabled=config.log.progress)
     verifier_errors = VerifierErrors(config.verifier.max_error_frac, printer=progress.write if progress else print)
+    log_s = 0.0  # time/log: the previous step's metrics line, progress, plot and checkpoint (none before the first)
     try:
         for step in range(start_step + 1, t.steps + 1):
             step_start = time.perf_counter()
@@ -153,6 +156,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                 "time/verify": rollout.verify_s,
                 "time/update": step_end - update_start,
                 "time/step": step_end - step_start,
+                "time/log": log_s,
                 "perf/tokens_per_s": rollout.generated_tokens / max(rollout.generate_s, 1e-9),
             })
             for message in alarms.update(step, metrics):
@@ -163,16 +167,18 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             if eval_suites and (periodic or (step == t.steps and config.eval.at_end)):
                 metrics.update(_evaluate(engine, encode, eval_suites, runner, config))
                 evaluations[step] = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+            log_start = time.perf_counter()
             tracker.log(step, metrics)
             if progress is not None:
                 progress.set_postfix(**progress_postfix(metrics))
                 progress.update(1)
-            if config.log.plot_every and step % config.log.plot_every == 0:
+            if config.log.plot and config.log.plot_every and step % config.log.plot_every == 0:
                 plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))
-            if (config.checkpoint.every and step % config.checkpoint.every == 0) or step == t.steps:
+            if (config.checkpoint.every and step % config.checkpoint.every == 0) or (step == t.steps and config.checkpoint.at_end):
                 save_checkpoint(run_dir, step, models={"policy": policy}, tokenizer=tokenizer, states=states,
                                 keep=config.checkpoint.keep,
                                 extra={"wall_s": wall_before + time.perf_counter() - started, "evaluations": evaluations})
+            log_s = time.perf_counter() - log_start
     finally:
         if progress is not None:
             progress.close()
@@ -180,8 +186,10 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
         call_optional(engine, "close")
 
     # ---- the end: model, plots, summary (the final evaluation ran with the last step) ---------
-    save_final_model(policy, tokenizer, run_dir / "final")
-    plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))
+    if config.checkpoint.final_model:
+        save_final_model(policy, tokenizer, run_dir / "final")
+    if config.log.plot:
+        plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))
     tracker.close()
     summary = run_summary(config, evaluations, alarms, wall_before + time.perf_counter() - started)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

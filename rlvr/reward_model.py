@@ -288,18 +288,20 @@ def train(config: RewardModelConfig, *, overwrite: bool = False, resume: bool = 
     after = evaluate_pairs(model, config.head, eval_data, pad_id, config.eval.batch_size, margin) if eval_data else None
     if after is not None:
         tracker.log(total_steps, {f"eval/{k}": v for k, v in after.items()})
-    save_checkpoint(run_dir, total_steps, models={"policy": model}, tokenizer=tokenizer,
-                    states={"optimizer": optimizer, "scheduler": scheduler},
-                    extra={"eval_before": before}, keep=config.checkpoint.keep)
-    final = save_reward_model(model, tokenizer, run_dir / "final", config.head)
+    if config.checkpoint.at_end:
+        save_checkpoint(run_dir, total_steps, models={"policy": model}, tokenizer=tokenizer,
+                        states={"optimizer": optimizer, "scheduler": scheduler},
+                        extra={"eval_before": before}, keep=config.checkpoint.keep)
+    final = save_reward_model(model, tokenizer, run_dir / "final", config.head) if config.checkpoint.final_model else None
     tracker.close()
-    plot_metrics(tracker.path, run_dir / "metrics.png", title=f"reward model {run_dir}", panels=PANELS)
+    if config.log.plot:
+        plot_metrics(tracker.path, run_dir / "metrics.png", title=f"reward model {run_dir}", panels=PANELS)
     summary = {
         "steps": total_steps, "head": config.head, "train_pairs": len(train_data), "eval_pairs": len(eval_data),
         "pairwise_accuracy": after["pairwise_accuracy"] if after else None,
         "margin": after["margin"] if after else None, "eval_loss": after["loss"] if after else None,
         "pairwise_accuracy_before": before["pairwise_accuracy"] if before else None,
-        "wall_s": time.perf_counter() - started, "model": str(final),
+        "wall_s": time.perf_counter() - started, "model": str(final) if final else None,
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

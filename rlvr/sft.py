@@ -37,8 +37,14 @@ from rlvr.verifiers.runner import VerifierRunner
 def load_sft_examples(data) -> list[tuple[Messages, str]]:
     """``(prompt messages, completion text)`` pairs from every source in ``data`` (a list of
     ``SFTDataConfig``, or one): a suite's gold solutions, or a JSONL file."""
-    examples: list[tuple[Messages, str]] = []
+    return [example for examples, _ in _load_sources(data) for example in examples]
+
+
+def _load_sources(data) -> list[tuple[list[tuple[Messages, str]], str]]:
+    """``(examples, chat_template)`` of each source in ``data``."""
+    sources = []
     for source in data if isinstance(data, (list, tuple)) else [data]:
+        examples: list[tuple[Messages, str]] = []
         if source.task is not None:
             problems = load_suite(source.task, path=source.path, split=source.split, options=source.options,
                                   limit=source.limit)
@@ -51,7 +57,8 @@ def load_sft_examples(data) -> list[tuple[Messages, str]]:
             examples += [(p.prompt, p.solution) for p in problems]
         else:
             examples += _read_jsonl_examples(Path(source.path), source.limit)
-    return examples
+        sources.append((examples, source.chat_template))
+    return sources
 
 
 def _read_jsonl_examples(path: Path, limit: int | None) -> list[tuple[Messages, str]]:
@@ -85,11 +92,15 @@ def _read_jsonl_examples(path: Path, limit: int | None) -> list[tuple[Messages, 
     return examples
 
 
-def _tokenize(tokenizer, examples: list[tuple[Messages, str]]) -> list[tuple[list[int], list[int]]]:
-    encode = PromptEncoder(tokenizer)
-    completions = tokenizer([c for _, c in examples], add_special_tokens=False)["input_ids"]
+def _tokenize(tokenizer, sources: list[tuple[list[tuple[Messages, str]], str]]) -> list[tuple[list[int], list[int]]]:
+    """Prompt ids (each source's chat template, as the RL recipes encode prompts) and completion ids + EOS."""
+    pairs = []
     eos = tokenizer.eos_token_id
-    return [(encode(Problem("", list(m), {}, "")), ids + [eos]) for (m, _), ids in zip(examples, completions)]
+    for examples, chat_template in sources:
+        encode = PromptEncoder(tokenizer, chat_template)
+        completions = tokenizer([c for _, c in examples], add_special_tokens=False)["input_ids"]
+        pairs += [(encode(Problem("", list(m), {}, "")), ids + [eos]) for (m, _), ids in zip(examples, completions)]
+    return pairs
 
 
 def _collate(pairs: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -117,7 +128,7 @@ def train(config: SFTConfig, *, overwrite: bool = False) -> dict[str, Any]:
     print(f"run folder: {run_dir}", flush=True)
     seed_everything(config.train.seed)
     set_threads(config.train.threads)
-    examples = load_sft_examples(config.data)  # bad data fails before any model is loaded
+    sources = _load_sources(config.data)  # bad data fails before any model is loaded
     ev, first = config.eval, config.data[0]
     eval_problems = []
     if ev.every:
@@ -128,13 +139,13 @@ def train(config: SFTConfig, *, overwrite: bool = False) -> dict[str, Any]:
     lora = config.model.lora.model_dump() if config.model.lora is not None else None
     model = load_policy(config.model.path, dtype=config.model.dtype, device=str(device), lora=lora,
                         gradient_checkpointing=config.model.gradient_checkpointing)
-    data = _tokenize(tokenizer, examples)
+    data = _tokenize(tokenizer, sources)
     optimizer = build_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay, betas=config.optim.betas)
     scheduler = build_scheduler(optimizer, total=config.train.steps, warmup=config.optim.warmup_steps,
                                 schedule=config.optim.schedule, min_ratio=config.optim.min_lr_ratio)
     tracker = Tracker(run_dir)
     engine = HFEngine(model, tokenizer)
-    encode = PromptEncoder(tokenizer)
+    encode = PromptEncoder(tokenizer, first.chat_template)  # held-out prompts as the first source's
     runner = VerifierRunner()
     rng = random.Random(config.train.seed)
     order: list[int] = []
@@ -182,7 +193,8 @@ def train(config: SFTConfig, *, overwrite: bool = False) -> dict[str, Any]:
     final = run_dir / "final"
     save_final_model(model, tokenizer, final)
     tracker.close()
-    plot_metrics(tracker.path, run_dir / "metrics.png", title=f"SFT {run_dir}")
+    if config.log.plot:
+        plot_metrics(tracker.path, run_dir / "metrics.png", title=f"SFT {run_dir}")
     summary = {"steps": step, "eval_accuracy": accuracy, "wall_s": time.perf_counter() - started, "model": str(final)}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

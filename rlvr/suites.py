@@ -1,38 +1,91 @@
-"""Task suites as the trainer uses them: loaded from config, prompts encoded once per problem."""
+"""Task suites as the trainer uses them: loaded from config, prompts encoded once per problem, and
+described in the run's first lines (verifier, instruction, chat template, eval overlap)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
-from rlvr.chat import encode_prompts
+from rlvr.chat import AUTO, ChatTemplate, encode_prompts, resolve_chat_template
 from rlvr.tasks import get_task
 from rlvr.tasks.base import Problem
 from rlvr.verifiers.errors import InvalidValueError
 
 
-class PromptEncoder:
-    """Problem -> prompt token ids (chat template applied), cached so each prompt is tokenised once."""
+class SuiteProblems(list):
+    """The problems of one loaded suite (a list), with what the run reports about the suite: its
+    ``task``, ``split`` and ``path``, the answer-format ``instruction`` the suite appends to each
+    prompt (None when the suite has no such setting, "" when it appends none), its default
+    ``verifier`` and the ``chat_template`` its prompts are rendered with."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, problems: Iterable[Problem] = (), *, task: str = "", split: str = "", path: str | None = None,
+                 instruction: str | None = None, verifier: str | None = None, chat_template: ChatTemplate = AUTO):
+        super().__init__(problems)
+        self.task, self.split, self.path = task, split, path
+        self.instruction, self.verifier, self.chat_template = instruction, verifier, chat_template
+
+    def like(self, problems: Iterable[Problem]) -> "SuiteProblems":
+        """Other problems with this suite's description (e.g. after overlong prompts were dropped)."""
+        return SuiteProblems(problems, task=self.task, split=self.split, path=self.path, instruction=self.instruction,
+                             verifier=self.verifier, chat_template=self.chat_template)
+
+
+class PromptEncoder:
+    """Problem -> prompt token ids, cached so each prompt is tokenised once.
+
+    Prompts are rendered with ``chat_template`` (``auto``, ``none`` or a Jinja file: see
+    :mod:`rlvr.chat`), or with the template of the suite a problem came from when the suite was
+    registered with :meth:`assign` (each training or eval suite may set its own).
+    """
+
+    def __init__(self, tokenizer, chat_template: str | ChatTemplate | None = "auto"):
         self.tokenizer = tokenizer
+        self.chat_template = resolve_chat_template(chat_template)
+        self._templates: dict[int, ChatTemplate] = {}  # id(problem) -> its suite's template (problems live all run)
         self._cache: dict[tuple, list[int]] = {}
 
+    @classmethod
+    def for_suites(cls, tokenizer, *suites: dict[str, Sequence[Problem]]) -> "PromptEncoder":
+        """An encoder that renders each problem of ``suites`` (``{name: problems}`` dicts, as loaded
+        by :func:`load_training_suites` / :func:`load_eval_suites`) with its suite's template."""
+        encoder = cls(tokenizer)
+        for named in suites:
+            for problems in named.values():
+                encoder.assign(problems, getattr(problems, "chat_template", AUTO))
+        return encoder
+
+    def assign(self, problems: Iterable[Problem], chat_template: str | ChatTemplate) -> None:
+        """Render ``problems`` with ``chat_template`` from now on."""
+        template = resolve_chat_template(chat_template)
+        for problem in problems:
+            self._templates[id(problem)] = template
+
+    def template_of(self, problem: Problem) -> ChatTemplate:
+        return self._templates.get(id(problem), self.chat_template)
+
     def __call__(self, problem: Problem) -> list[int]:
-        key = tuple((m.get("role", ""), m["content"]) for m in problem.prompt)
+        template = self.template_of(problem)
+        key = (template, tuple((m.get("role", ""), m["content"]) for m in problem.prompt))
         ids = self._cache.get(key)
         if ids is None:
-            ids = self._cache[key] = encode_prompts(self.tokenizer, [problem.prompt])[0]
+            ids = self._cache[key] = encode_prompts(self.tokenizer, [problem.prompt], template)[0]
         return ids
 
 
-def load_suite(task: str, *, path: str | None, split: str, options: dict[str, Any], limit: int | None) -> list[Problem]:
-    problems = list(get_task(task, path=path, split=split, **options))
+def load_suite(task: str, *, path: str | None, split: str, options: dict[str, Any], limit: int | None,
+               chat_template: str | ChatTemplate | None = "auto") -> SuiteProblems:
+    """The problems of one suite (at most ``limit``), described (:class:`SuiteProblems`)."""
+    suite = get_task(task, path=path, split=split, **options)
+    problems = list(suite)
     if limit is not None:
         problems = problems[:limit]
     if not problems:
         where = f" at {path}" if path else ""
         raise InvalidValueError(f"task {task!r} (split {split!r}{where}) holds no problems; check the data file or the suite's options")
-    return problems
+    instruction = getattr(suite, "instruction", None)
+    return SuiteProblems(problems, task=task, split=split, path=path,
+                         instruction=instruction if isinstance(instruction, str) else None,
+                         verifier=getattr(suite, "default_verifier", None) or None,
+                         chat_template=resolve_chat_template(chat_template))
 
 
 def suite_name(task: str, names: Sequence[str]) -> str:
@@ -49,7 +102,8 @@ def load_training_suites(data) -> tuple[dict[str, list[Problem]], dict[str, floa
     weights: dict[str, float] = {}
     for entry in data:
         name = suite_name(entry.task, list(suites))
-        suites[name] = load_suite(entry.task, path=entry.path, split=entry.split, options=entry.options, limit=entry.limit)
+        suites[name] = load_suite(entry.task, path=entry.path, split=entry.split, options=entry.options, limit=entry.limit,
+                                  chat_template=entry.chat_template)
         weights[name] = entry.weight
     return suites, weights
 
@@ -68,8 +122,8 @@ def load_eval_suites(config) -> dict[str, list[Problem]]:
     suites: dict[str, list[Problem]] = {}
     for entry in eval_entries(config):
         suites[suite_name(entry.task, list(suites))] = load_suite(
-            entry.task, path=entry.path, split=entry.split, options=entry.options, limit=entry.limit
-        )
+            entry.task, path=entry.path, split=entry.split, options=entry.options, limit=entry.limit,
+            chat_template=entry.chat_template)
     return suites
 
 
@@ -104,7 +158,7 @@ def drop_overlong_prompts(suites: dict[str, list[Problem]], encode: PromptEncode
             print(f"{detail}: skipped (generation.overlong_prompts=skip)", flush=True)
         if not kept:
             raise InvalidValueError(f"suite {name!r}: no prompt fits the model's context ({budget} tokens for the prompt)")
-        out[name] = kept
+        out[name] = problems.like(kept) if isinstance(problems, SuiteProblems) else kept
     return out
 
 
@@ -115,3 +169,73 @@ def check_verifiers(override: str | None, options: dict, problems) -> None:
 
     for name in {override} if override else {p.verifier for p in problems}:
         get_verifier(name, **(options if override else {}))
+
+
+def describe_suites(config, suites: dict[str, Sequence[Problem]], eval_suites: dict[str, Sequence[Problem]]) -> list[str]:
+    """The run's first lines about its data: for each training and eval suite, the verifier that
+    scores it (and where that choice comes from), the instruction appended to its prompts, and its
+    chat template; then a warning for each eval suite that shares prompts with the training data
+    (e.g. the default eval of a one-file ``custom`` suite, which reads the same file for every split)."""
+    lines = []
+    train_keys = [f"data.{i}" for i in range(len(config.data))]
+    eval_keys = [f"eval.tasks.{i}" for i in range(len(config.eval.tasks))] or ["data.0"]
+    for kind, keys, named in (("train", train_keys, suites), ("eval", eval_keys, eval_suites)):
+        for key, (name, problems) in zip(keys, named.items()):
+            lines.append(f"{kind} suite {name} ({key}): {_describe(problems, config.verifier.name, key)}")
+    lines += _overlap_warnings(config, suites, eval_suites)
+    return lines
+
+
+def _describe(problems: Sequence[Problem], override: str | None, key: str) -> str:
+    split = getattr(problems, "split", "")
+    where = getattr(problems, "path", None)
+    head = f"{len(problems)} problems" + (f", split {split}" if split else "") + (f", {where}" if where else "")
+    if override:
+        verifier = f"verifier {override} (verifier.name)"
+    else:
+        names = sorted({p.verifier for p in problems})
+        how = f"{key}.options.verifier or verifier.name" if getattr(problems, "task", "") == "custom" else "verifier.name"
+        verifier = f"verifier {', '.join(names)} (the suite's default; set {how} to change it)"
+    instruction = getattr(problems, "instruction", None)
+    if instruction is None:
+        added = "prompts as the suite writes them"
+    elif instruction:
+        added = f"instruction added to each prompt: {instruction!r} ({key}.options.instruction: none drops it)"
+    else:
+        added = "no instruction added"
+    template = getattr(problems, "chat_template", AUTO)
+    rendered = f"chat_template {template.path if template.mode == 'file' else template.mode}"
+    return f"{head}; {verifier}; {added}; {rendered}"
+
+
+def _prompt_key(problem: Problem) -> tuple:
+    return tuple((m.get("role", ""), m["content"]) for m in problem.prompt)
+
+
+def _overlap_warnings(config, suites: dict[str, Sequence[Problem]], eval_suites: dict[str, Sequence[Problem]]) -> list[str]:
+    trained = {_prompt_key(p) for problems in suites.values() for p in problems}
+    warnings = []
+    for name, problems in eval_suites.items():
+        shared = sum(_prompt_key(p) in trained for p in problems)
+        if not shared:
+            continue
+        path = getattr(problems, "path", None)
+        why = (f" ({path} is one file: a custom suite reads it for every split)"
+               if getattr(problems, "task", "") == "custom" and path and not _is_folder(path) else "")
+        fix = ("set eval.tasks to held-out data (e.g. {task: custom, path: test.jsonl, ...}), or point the suite at a "
+               "folder holding train.jsonl and test.jsonl")
+        warnings.append(f"warning: eval suite {name!r}: {shared} of its {len(problems)} prompts are also training "
+                        f"prompts{why}, so its accuracy is not held-out accuracy; {fix}")
+    return warnings
+
+
+def _is_folder(path: str) -> bool:
+    from pathlib import Path
+
+    return Path(path).expanduser().is_dir()
+
+
+def announce_suites(config, suites: dict[str, Sequence[Problem]], eval_suites: dict[str, Sequence[Problem]]) -> None:
+    """Print :func:`describe_suites` (the run's first lines, before any model is loaded)."""
+    for line in describe_suites(config, suites, eval_suites):
+        print(line, flush=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ PLOT_PANELS = [
 OPTIONAL_PANELS = [
     ("gold (verifier) vs proxy (reward model)", ["gold/mean", "gold/accuracy"], ["proxy/reward"]),
 ]
+
+#: Keys of every ``metrics.jsonl`` line that label it rather than measure: not sent to trackers.
+RECORD_LABELS = ("step", "time")
 
 
 class Tracker:
@@ -60,7 +64,9 @@ class Tracker:
                 warnings.warn("log.wandb is set but wandb is not installed (pip install wandb)")
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        record = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
+        """Append ``{"step", "time", **metrics}``: ``time`` is the wall clock when the line was written
+        (unix seconds), a label like ``step`` rather than a metric (trackers and plots skip it)."""
+        record = {"step": step, "time": round(time.time(), 3), **{k: _jsonable(v) for k, v in metrics.items()}}
         try:
             self._file.write(json.dumps(record) + "\n")
             self._file.flush()
@@ -69,7 +75,7 @@ class Tracker:
                 raise DiskFullError(f"disk full while writing {self.path}; free some space and continue with "
                                     f"--resume {self.run_dir}") from exc
             raise
-        numeric = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
+        numeric = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k not in RECORD_LABELS}
         if self._tb is not None:
             for key, value in numeric.items():
                 self._tb.add_scalar(key, value, step)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import ast
 
 from rlvr.tasks.base import Problem
-from rlvr.tasks.loading import DataError, LoadedSuite, Record, fenced, read_records, resolve_source
+from rlvr.tasks.loading import DataError, LoadedSuite, Record, fenced, instruction_text, read_records, resolve_source
 from rlvr.tasks.registry import register_task
 from rlvr.verifiers.code import humaneval_test, parse_python
 from rlvr.verifiers.errors import InvalidValueError
@@ -97,7 +97,7 @@ class HumanEval(_CodeSuite):
 
     def __init__(self, path: str | None = None, split: str = "test", *, instruction: str = HUMANEVAL_INSTRUCTION,
                  system_prompt: str | None = None, on_error: str = "raise", hub_split: str = "test"):
-        self.instruction, self.system_prompt = instruction, system_prompt
+        self.instruction, self.system_prompt = instruction_text(instruction), system_prompt
         files = ("humaneval/HumanEval.jsonl.gz", "humaneval/HumanEval.jsonl", "HumanEval.jsonl.gz", "HumanEval.jsonl")
         self._init(path, split, files, "openai/openai_humaneval", None, hub_split, on_error)
 
@@ -150,7 +150,7 @@ class MBPP(_CodeSuite):
         if prompt_tests < 0:
             raise InvalidValueError("mbpp: prompt_tests must be >= 0")
         self.prompt_tests, self.challenge_tests = prompt_tests, challenge_tests
-        self.instruction, self.system_prompt = instruction, system_prompt
+        self.instruction, self.system_prompt = instruction_text(instruction), system_prompt
         self.ids = MBPP_SPLITS.get(split)
         self._init(path, split, ("mbpp/mbpp.jsonl", "mbpp.jsonl"), "google-research-datasets/mbpp", hub_config,
                    hub_split or split, on_error)

@@ -29,7 +29,7 @@ from typing import Iterable
 
 from rlvr.tasks._countdown_cd3 import CD3_TEST_NUMBER_SETS
 from rlvr.tasks.base import Problem
-from rlvr.tasks.loading import DataError, LoadedSuite, Record, read_records, resolve_source
+from rlvr.tasks.loading import DataError, LoadedSuite, Record, instruction_text, read_records, resolve_source
 from rlvr.tasks.registry import register_task
 from rlvr.verifiers.errors import InvalidValueError
 
@@ -161,7 +161,7 @@ class Countdown(LoadedSuite):
         if source == "auto":
             source = "file" if (path is not None or split == "test") else "generate"
         self.split, self.source_kind, self.use_all = split, source, use_all
-        self.instruction, self.system_prompt = instruction, system_prompt
+        self.instruction, self.system_prompt = instruction_text(instruction), system_prompt
         if source == "file":
             self.source = resolve_source(self.name, path, ("countdown/countdown_cd3_test.jsonl", "countdown_cd3_test.jsonl"),
                                          "Jiayi-Pan/Countdown-Tasks-3to4")

@@ -20,9 +20,11 @@ Columns:
   for any verifier, e.g. ``{"numbers": "nums", "target": "target"}`` for ``countdown``).
 * optional ``id_field`` (default: the row number), ``solution_field`` (a gold completion for SFT).
 
-``verifier`` defaults to ``math`` with an answer column and ``code`` with a tests column. The
-answer-format ``instruction`` appended to a string prompt defaults to what that verifier reads
-(``\\boxed{}`` for ``math``, a fenced block for ``code``); pass ``instruction=""`` for none.
+``verifier`` defaults to ``math`` with an answer column and ``code`` with a tests column; it may be
+any registered name or an import path (``"my_pkg.rewards:Exact"``). The answer-format
+``instruction`` appended to a string prompt defaults to what that verifier reads (``\\boxed{}`` for
+``math``, a fenced block for ``code``, nothing for others); ``instruction="none"`` (or ``""``) adds
+none. ``rlvr train`` prints both choices in its first lines.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.tasks.base import Problem
-from rlvr.tasks.loading import DataError, LoadedSuite, Record, format_number, looks_like_hub_name, read_records
+from rlvr.tasks.loading import DataError, LoadedSuite, Record, format_number, instruction_text, looks_like_hub_name, read_records
 from rlvr.tasks.registry import register_task
 from rlvr.verifiers.errors import InvalidValueError, MissingFileError
 
@@ -61,7 +63,7 @@ class Custom(LoadedSuite):
         prompt_field, answer_field, tests_field, reference_fields, entry_point_field, setup_field,
             id_field, solution_field: the column mapping.
         verifier: the registered verifier that scores the problems.
-        instruction: appended to string prompts (None: the verifier's default, "": none).
+        instruction: appended to string prompts (None: the verifier's default, "none" or "": none).
         system_prompt: an optional system message.
         on_error: ``raise`` or ``skip`` bad rows (counted in ``skipped``).
         hub_config: the hub dataset's configuration.
@@ -84,16 +86,16 @@ class Custom(LoadedSuite):
         if answer_field and tests_field:
             raise InvalidValueError("custom: give answer_field or tests_field, not both")
         verifier = verifier or ("code" if tests_field else "math")
-        from rlvr.verifiers import list_verifiers  # names only: the verifier itself runs in the trainer
+        from rlvr.verifiers import VERIFIERS  # names only: the verifier itself runs in the trainer
 
-        if verifier not in list_verifiers():
-            raise InvalidValueError(f"custom: unknown verifier {verifier!r}; valid verifiers: {', '.join(list_verifiers())}")
+        if verifier not in VERIFIERS:  # a registered name, or an import path ("my_pkg.rewards:Exact")
+            raise InvalidValueError(f"custom: {VERIFIERS.unknown(verifier)}")
         self.default_verifier = verifier
         self.split, self.prompt_field, self.answer_field, self.tests_field = split, prompt_field, answer_field, tests_field
         self.reference_fields = dict(reference_fields or {})
         self.entry_point_field, self.setup_field = entry_point_field, setup_field
         self.id_field, self.solution_field, self.system_prompt = id_field, solution_field, system_prompt
-        self.instruction = DEFAULT_INSTRUCTIONS.get(verifier, "") if instruction is None else instruction
+        self.instruction = instruction_text(instruction, DEFAULT_INSTRUCTIONS.get(verifier, ""))
 
         local = Path(str(path)).expanduser()
         if local.is_dir():

@@ -335,6 +335,16 @@ class LoadedSuite(ProblemList):
         return f"<{type(self).__name__} {self.name} split={getattr(self, 'split', '?')} n={len(self)}{skipped}>"
 
 
+def instruction_text(value: str | None, default: str = "") -> str:
+    """A suite's ``instruction`` option: None -> the suite's ``default``; ``"none"`` (as a YAML config
+    writes it) or ``""`` -> no instruction; anything else -> that text."""
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise InvalidValueError(f"instruction must be text, 'none' or null (the suite's default), got {value!r}")
+    return "" if value.strip().lower() == "none" else value
+
+
 def fenced(code: str) -> str:
     """Code in a fenced Python block (the form the ``code`` verifier extracts)."""
     return f"```python\n{code.rstrip()}\n```"

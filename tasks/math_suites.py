@@ -37,7 +37,7 @@ from typing import Any
 
 from rlvr.tasks._math500 import MATH500_KEYS
 from rlvr.tasks.base import Problem
-from rlvr.tasks.loading import DataError, LoadedSuite, Record, read_records, resolve_source
+from rlvr.tasks.loading import DataError, LoadedSuite, Record, instruction_text, read_records, resolve_source
 from rlvr.tasks.registry import register_task
 
 BOXED_INSTRUCTION = "Think step by step, then write the final answer inside \\boxed{}."
@@ -139,7 +139,7 @@ class MathSuite(LoadedSuite):
                  system_prompt: str | None = None, on_error: str = "raise", hub_config: str | None = None,
                  hub_split: str | None = None):
         self._check_split(split)
-        self.split, self.instruction, self.system_prompt = split, instruction, system_prompt
+        self.split, self.instruction, self.system_prompt = split, instruction_text(instruction), system_prompt
         self.source = resolve_source(self.name, path, self.files[split], self.hub_name)
         records = read_records(self.source, hub_split=hub_split or self.hub_splits.get(split, split),
                                hub_config=hub_config if hub_config is not None else self.hub_config)

@@ -18,6 +18,12 @@ A name comes from one of three places, and all three behave the same once looked
   Entry points are listed on first use and imported only when their name is asked for. A name
   registered in-process wins over an entry point of the same name.
 
+A registry made with ``import_paths=True`` (verifiers) also takes an **import path** as a name,
+``"my_package.module:Attribute"``, without any registration: it is imported on first use, like a
+lazy entry. A module in the current directory is found as ``python -m`` would find it. Such names
+are never listed; the errors say whether the module is missing, fails to import, or lacks the
+attribute.
+
 Listing never imports anything (``names()``); ``status(name)`` imports one entry and says whether
 it loads. Unknown names raise :class:`UnknownNameError` listing the valid ones; a plugin that fails
 to import raises :class:`PluginLoadError` naming its target and the reason. Config fields are
@@ -31,6 +37,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import re
+import sys
 import threading
 from dataclasses import dataclass
 from importlib import metadata
@@ -39,6 +48,13 @@ from typing import Any, Callable, Generic, Iterable, TypeVar
 from rlvr.verifiers.errors import OptionError, PluginLoadError, UnknownNameError
 
 T = TypeVar("T")
+
+_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def is_import_path(name: object) -> bool:
+    """True for ``"package.module:Attribute"`` (dotted module, colon, dotted attribute)."""
+    return isinstance(name, str) and bool(_IMPORT_PATH.match(name))
 
 
 @dataclass(frozen=True)
@@ -69,8 +85,10 @@ class Registry(Generic[T]):
             print(exc)               # unknown policy loss 'ppo_clp'; valid policy losses: ppo_clip
     """
 
-    def __init__(self, kind: str, *, entry_point_group: str | None = None, plural: str | None = None):
+    def __init__(self, kind: str, *, entry_point_group: str | None = None, plural: str | None = None,
+                 import_paths: bool = False):
         self.kind = kind
+        self.import_paths = import_paths  # "package.module:Attribute" names are valid too
         self.plural = plural or _plural(kind)
         self.entry_point_group = entry_point_group
         self._loaded: dict[str, T] = {}
@@ -106,7 +124,8 @@ class Registry(Generic[T]):
 
     def copy(self) -> "Registry[T]":
         """An independent copy (tests swap a registry for a copy and register freely in it)."""
-        new = Registry(self.kind, entry_point_group=self.entry_point_group, plural=self.plural)
+        new = Registry(self.kind, entry_point_group=self.entry_point_group, plural=self.plural,
+                       import_paths=self.import_paths)
         with self._lock:
             new._loaded, new._lazy, new._failed = dict(self._loaded), dict(self._lazy), dict(self._failed)
             new._scanned = self._scanned
@@ -148,7 +167,8 @@ class Registry(Generic[T]):
             return sorted(set(self._loaded) | set(self._lazy))
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self.names()
+        """A known name, or (``import_paths``) a well-formed import path (checked, not imported)."""
+        return isinstance(name, str) and (name in self.names() or (self.import_paths and is_import_path(name)))
 
     def check(self, name: str) -> str:
         """``name`` if it is known (nothing is imported), else :class:`UnknownNameError`."""
@@ -158,7 +178,8 @@ class Registry(Generic[T]):
 
     def unknown(self, name: Any) -> UnknownNameError:
         known = self.names()
-        return UnknownNameError(f"unknown {self.kind} {name!r}; valid {self.plural}: {', '.join(known) or '(none)'}")
+        paths = "; or an import path, 'package.module:Attribute'" if self.import_paths else ""
+        return UnknownNameError(f"unknown {self.kind} {name!r}; valid {self.plural}: {', '.join(known) or '(none)'}{paths}")
 
     def get(self, name: str) -> T:
         """The object registered under ``name``, importing a lazy entry on first use."""
@@ -169,6 +190,10 @@ class Registry(Generic[T]):
             if name in self._failed:
                 raise self._failed[name]
             entry = self._lazy.get(name)
+        if entry is None and self.import_paths and is_import_path(name):
+            obj = import_path(name, self.kind)  # not remembered under the name: a path is never listed
+            with self._lock:
+                return self._loaded.get(name, obj)
         if entry is None:
             raise self.unknown(name)
         try:
@@ -218,6 +243,45 @@ def _plural(noun: str) -> str:
     if noun.endswith("y"):
         return noun[:-1] + "ies"
     return noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
+
+
+def import_path(name: str, kind: str = "plugin") -> Any:
+    """The object at ``"package.module:Attribute"``; a :class:`PluginLoadError` that says which part
+    failed (no such module, the module raised on import, no such attribute) names ``kind``."""
+    module_name, _, attr = name.partition(":")
+    try:
+        obj: Any = _import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise PluginLoadError(f"{kind} {name!r}: no module named {exc.name!r} (looked in the current directory "
+                                  "and on sys.path)") from exc
+        raise PluginLoadError(f"{kind} {name!r}: importing {module_name} failed: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise PluginLoadError(f"{kind} {name!r}: importing {module_name} failed: {type(exc).__name__}: {exc}") from exc
+    where = module_name
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            public = sorted(n for n in vars(obj) if not n.startswith("_")) if hasattr(obj, "__dict__") else []
+            listed = f"; it has: {', '.join(public[:12])}{', ...' if len(public) > 12 else ''}" if public else ""
+            raise PluginLoadError(f"{kind} {name!r}: {where} has no attribute {part!r}{listed}")
+        obj, where = getattr(obj, part), f"{where}.{part}"
+    return obj
+
+
+def _import_module(module_name: str) -> Any:
+    """``importlib.import_module``, retried with the current directory on ``sys.path`` (a console
+    script's path does not hold it, ``python -m`` does) when the module is not found."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.split(".")[0]
+        cwd = os.getcwd()
+        here = os.path.exists(os.path.join(cwd, top)) or os.path.exists(os.path.join(cwd, top + ".py"))
+        if exc.name != top or not here or cwd in sys.path or "" in sys.path:
+            raise
+        sys.path.append(cwd)
+        importlib.invalidate_caches()
+        return importlib.import_module(module_name)
 
 
 def import_target(target: str) -> Any:

@@ -11,6 +11,12 @@ returns an object with ``name`` and ``score``. Third-party packages declare thei
 A TRL-style reward function ``f(prompts, completions, **columns)`` can be published the same way
 (``accuracy = "my_package.rewards:accuracy"``): it is wrapped as a ``trl`` verifier when first used.
 
+No packaging is needed to use one's own verifier: its import path is a name too, wherever a verifier
+name goes (``verifier.name``, a problem's ``verifier``, ``--verifier``)::
+
+    verifier: {name: "my_rewards:Exact"}          # a class with score(), a verifier object,
+    verifier: {name: "my_rewards:accuracy"}       # or a TRL reward function
+
 Plugins are imported when their name is first asked for; one that fails to import is listed as
 broken (``rlvr verifiers list``) and raises :class:`~rlvr.verifiers.errors.PluginLoadError` with
 the reason when used, without taking the other verifiers down.
@@ -21,11 +27,11 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from rlvr.verifiers.errors import OptionError
-from rlvr.verifiers.plugins import Registry, check_options, keyword_options
+from rlvr.verifiers.errors import OptionError, PluginLoadError
+from rlvr.verifiers.plugins import Registry, check_options, is_import_path, keyword_options
 
 ENTRY_POINT_GROUP = "rlvr.verifiers"
-VERIFIERS: Registry[Callable[..., Any]] = Registry("verifier", entry_point_group=ENTRY_POINT_GROUP)
+VERIFIERS: Registry[Callable[..., Any]] = Registry("verifier", entry_point_group=ENTRY_POINT_GROUP, import_paths=True)
 
 __all__ = ["ENTRY_POINT_GROUP", "VERIFIERS", "describe_verifier", "get_verifier", "keyword_options",
            "list_verifiers", "register_verifier", "verifier_factory", "verifier_options"]
@@ -58,11 +64,45 @@ def verifier_factory(name: str) -> Callable[..., Any]:
     entry point) is wrapped as a ``trl`` verifier, so it is used by name like any other.
     """
     factory = VERIFIERS.get(name)
+    if is_import_path(name) and name not in VERIFIERS.names():
+        return _path_factory(name, factory)
     if is_trl_function(factory):
         from rlvr.verifiers.trl import trl_factory
 
         factory = VERIFIERS.register(name, trl_factory(factory), overwrite=True)
     return factory
+
+
+def _path_factory(name: str, obj: Any) -> Callable[..., Any]:
+    """The factory for a verifier named by import path: a verifier class, a verifier object, or a
+    TRL reward function (wrapped as the ``trl`` verifier is); anything else is refused."""
+    if isinstance(obj, type):
+        if callable(getattr(obj, "score", None)):
+            if getattr(obj, "name", None) in (None, "verifier"):
+                obj.name = name  # type: ignore[attr-defined]
+            return obj
+        raise PluginLoadError(f"verifier {name!r}: class {obj.__qualname__} has no score(completion, reference) method, "
+                              "so it is not a verifier")
+    if callable(getattr(obj, "score", None)):  # a ready verifier object: every use shares it
+        def ready() -> Any:
+            return obj
+
+        ready.__qualname__ = ready.__name__ = name
+        return ready
+    if is_trl_function(obj):
+        from rlvr.verifiers.trl import trl_factory
+
+        return trl_factory(obj)
+    what = f"a function with parameters ({', '.join(_parameters(obj))})" if callable(obj) else f"a {type(obj).__name__}"
+    raise PluginLoadError(f"verifier {name!r} is {what}, not a verifier: name a class with a score(completion, reference) "
+                          "method, a verifier object, or a TRL reward function f(prompts, completions, **columns)")
+
+
+def _parameters(func: Callable) -> list[str]:
+    try:
+        return list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return ["?"]
 
 
 def is_trl_function(obj: Any) -> bool:

@@ -39,6 +39,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--path", default=None, help="local data file/folder or hub dataset name for the suite")
     p.add_argument("--task-option", action="append", default=[], metavar="k=v", help="suite option (repeatable), e.g. style=bare")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems")
+    p.add_argument("--chat-template", default="auto", metavar="auto|none|PATH",
+                   help="how prompts are rendered, as data[i].chat_template of a training run: auto (the tokenizer's "
+                   "chat template), none (raw prompts), or a Jinja template file")
     p.add_argument("--samples", type=int, default=1, help="completions per problem (n of pass@k)")
     p.add_argument("--k", default="1", help="comma-separated k values for pass@k, each <= --samples (e.g. 1,8)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (ignored with --greedy)")
@@ -80,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.models import check_model_folder, load_policy, load_tokenizer
     from rlvr.progress import make_progress
     from rlvr.runtime import quiet_transformers, resolve_device, seed_everything
+    from rlvr.chat import resolve_chat_template
     from rlvr.suites import PromptEncoder, load_suite
     from rlvr.verifiers.errors import InvalidValueError
     from rlvr.verifiers.registry import check_verifier
@@ -92,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     for argument in ("path", "split"):
         if argument in task_options:
             raise InvalidValueError(f"--task-option {argument}=...: {argument} is not a suite option; use --{argument}")
+    chat_template = resolve_chat_template(args.chat_template, where="--chat-template")
     problems = load_suite(args.task, path=args.path, split=args.split, options=task_options, limit=args.limit)
     verifier_options = _key_values(args.option, "--option")
     for name in {args.verifier} if args.verifier else {p.verifier for p in problems}:
@@ -107,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     bar = make_progress(len(problems), f"eval {args.task}", unit="problem")
     with VerifierRunner(workers=args.workers, timeout_s=args.timeout) as runner:
         try:
-            result = evaluate(engine, PromptEncoder(tokenizer), problems, runner, sampling=sampling, samples=args.samples,
+            result = evaluate(engine, PromptEncoder(tokenizer, chat_template), problems, runner, sampling=sampling, samples=args.samples,
                               ks=ks, verifier=args.verifier, verifier_options=verifier_options,
                               batch_prompts=args.batch_prompts, keep_records=args.out is not None, progress=bar.update)
         finally:

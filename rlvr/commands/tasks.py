@@ -45,6 +45,9 @@ def add_parser(subparsers) -> None:
     sp.add_argument("--split", default=None, help="split to read (default: test where the suite has one, else its first)")
     sp.add_argument("--path", default=None, help="local data file/folder or Hugging Face dataset name for the suite")
     sp.add_argument("--model", default=None, help="model folder or hub name whose tokenizer renders the prompts")
+    sp.add_argument("--chat-template", default="auto", metavar="auto|none|PATH",
+                    help="render as a training run's data[i].chat_template does: auto (the tokenizer's chat template), "
+                    "none (raw prompts), or a Jinja template file (needs --model)")
     sp.add_argument("--option", "--task-option", dest="option", action="append", default=[], metavar="k=v",
                     help="suite option (repeatable; values parsed as YAML), e.g. --option style=bare")
     sp.add_argument("--max-chars", type=int, default=3000,
@@ -132,10 +135,13 @@ def _clip(text: str, limit: int) -> str:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from rlvr.chat import render_prompt
+    from rlvr.chat import render_prompt, resolve_chat_template
     from rlvr.tasks.registry import task_factory
 
     try:
+        template = resolve_chat_template(args.chat_template, where="--chat-template")
+        if template.mode == "file" and not args.model:
+            raise ValueError("--chat-template: a template file renders with a tokenizer's special tokens; pass --model")
         factory = task_factory(args.name)
         split = args.split
         if split is None:
@@ -153,7 +159,8 @@ def run_show(args: argparse.Namespace) -> int:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(args.model)
-    how = (f"chat template of {args.model}" if tokenizer is not None and getattr(tokenizer, "chat_template", None)
+    how = (template.describe(tokenizer) if template.mode != "auto"
+           else f"chat template of {args.model}" if tokenizer is not None and getattr(tokenizer, "chat_template", None)
            else f"plain join ({args.model} has no chat template)" if tokenizer is not None
            else "plain join; pass --model for a chat template")
 
@@ -166,7 +173,7 @@ def run_show(args: argparse.Namespace) -> int:
         print(f"{args.name} [{split}]: {len(suite):,} problems, verifier {getattr(suite, 'default_verifier', '?')}"
               + (f", {suite.skipped} bad rows skipped" if getattr(suite, "skipped", 0) else ""))
     for problem in problems:
-        text = render_prompt(tokenizer, problem.prompt)
+        text = render_prompt(tokenizer, problem.prompt, template)
         if args.json:
             print(json.dumps({"id": problem.id, "messages": problem.prompt, "text": text, "reference": problem.reference,
                               "verifier": problem.verifier, "solution": problem.solution}, default=repr, ensure_ascii=False))
