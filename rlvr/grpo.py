@@ -168,7 +168,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
         call_optional(engine, "close")
 
     # ---- the end: model, plots, summary (the final evaluation ran with the last step), rank 0 --
-    replicas = replica_check(policy, dist)
+    replicas = replica_check(dist, policy)
     tracker.close()
     summary = run_summary(config, evaluations, alarms, wall_before + time.perf_counter() - started)
     if dist.is_main:

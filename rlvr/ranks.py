@@ -158,21 +158,22 @@ def reduce_metrics(metrics: dict[str, float], dist: Distributed) -> dict[str, fl
     return out
 
 
-def weights_checksum(model) -> str:
-    """A digest of ``model``'s parameters and buffers, equal only for bit-identical weights."""
+def weights_checksum(*models) -> str:
+    """A digest of the parameters and buffers of ``models``, equal only for bit-identical weights."""
     digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    for model in models:
+        for name, tensor in sorted(model.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 
-def replica_check(model, dist: Distributed) -> dict[str, Any]:
-    """Every rank's weights digest, for the summary of a multi-rank run (the replicas must be identical:
-    rank 0 warns when they are not); empty on one process."""
+def replica_check(dist: Distributed, *models) -> dict[str, Any]:
+    """Every rank's digest of ``models`` (the policy, and PPO's critic) for the summary of a multi-rank
+    run: the replicas must be identical, and rank 0 warns when they are not. Empty on one process."""
     if dist.world_size == 1:
         return {}
-    checksums = dist.gather(weights_checksum(model))
+    checksums = dist.gather(weights_checksum(*models))
     if dist.is_main and len(set(checksums)) > 1:
         print(f"warning: the ranks' final weights differ ({checksums}); only rank 0's were saved", flush=True)
     return {"world_size": dist.world_size, "weights_checksums": checksums}

@@ -70,6 +70,20 @@ def test_two_ranks_under_torchrun_train_one_model_and_rank_0_alone_writes(tiny_m
     assert len(set(summary["replicas"]["weights_checksums"])) == 1
 
 
+@pytest.mark.slow
+def test_ppo_under_torchrun_keeps_policy_and_critic_replicas_identical(tiny_model, tmp_path):
+    """Two epochs of two minibatches, the adaptive KL controller and whitening over both ranks."""
+    out = tmp_path / "run"
+    raw = _raw(tiny_model, out, steps=2) | {"algorithm": {"preset": "ppo", "ppo_epochs": 2, "minibatches": 2,
+                                                          "target_kl": 0.1}}
+    done = _torchrun(tmp_path, raw)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [0, 1, 2]
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(set(summary["replicas"]["weights_checksums"])) == 1
+    assert (out / "final_critic").is_dir() and (out / "final" / "config.json").is_file()
+
+
 def test_prompts_per_step_must_divide_among_the_ranks(tiny_model, tmp_path):
     config = build_config(RunConfig, _raw(tiny_model, tmp_path, prompts_per_step=7), [])
     check_world_size(config, 1)
@@ -105,3 +119,21 @@ def test_metrics_sum_counts_take_the_slowest_time_and_average_the_rest(monkeypat
     assert out == pytest.approx({"reward/mean": 0.4, "verify/status_ok": 16.0, "verify/status_error": 2.0,
                                  "time/step": 3.0, "train/pg_loss": 0.4})
     assert reduce_metrics({"x": 1.0}, Distributed()) == {"x": 1.0}
+
+
+def test_a_checkpoint_of_another_world_size_resumes_with_a_one_line_warning(capsys):
+    from rlvr.ranks import restore_rank_state
+    from rlvr.runtime import rng_state
+    from rlvr.tasks import get_task
+
+    problems = list(get_task("arithmetic", n=50))
+    saved_by = ProblemSampler({"a": problems}, {"a": 1.0}, seed=3)
+    saved_by.next(6)
+    saved = [{"rng": rng_state(), "sampler": saved_by.state_dict()}] * 2  # two ranks, the same data position
+    sampler = RankSampler(ProblemSampler({"a": problems}, {"a": 1.0}, seed=3))
+    restore_rank_state(saved, Distributed(), sampler, seed=0, step=3)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith("warning: resuming a 2-rank checkpoint on 1 ranks")
+    assert sampler.next(2) == saved_by.next(2)  # rank 0's data position
+    restore_rank_state(saved[:1], Distributed(), sampler, seed=0, step=3)  # as many ranks: silent
+    assert capsys.readouterr().out == ""
