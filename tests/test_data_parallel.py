@@ -26,7 +26,7 @@ def _raw(model, out, **train):
         "generation": {"max_new_tokens": 3},
         "optim": {"lr": 1e-3},
         "train": {"steps": 3, "prompts_per_step": 8, "group_size": 4, "micro_batch_size": 16, "threads": 1, **train},
-        "eval": {"limit": 6},
+        "eval": {"limit": 6, "at_end": False},  # an evaluation at the last step would draw from rank 0's RNG
         "checkpoint": {"every": 2},
         "log": {"progress": False, "plot_every": 0},
     }
@@ -61,13 +61,20 @@ def test_two_ranks_under_torchrun_train_one_model_and_rank_0_alone_writes(tiny_m
     ranks = state["ranks"]
     assert len(ranks) == 2 and not torch.equal(ranks[0]["rng"]["torch"], ranks[1]["rng"]["torch"])  # seed + rank
 
-    # resumed with the same world size: each rank its own RNG and sampler; one more step, one more line
+
+@pytest.mark.slow
+def test_a_two_rank_run_resumed_on_two_ranks_ends_where_an_uninterrupted_one_ends(tiny_model, tmp_path):
+    """Each rank restores its own RNG and sampler state: the final weights match bit for bit."""
+    out = tmp_path / "run"
+    assert _torchrun(tmp_path, _raw(tiny_model, out, steps=3)).returncode == 0
     again = _torchrun(tmp_path, _raw(tiny_model, out, steps=4), "--resume", str(out))
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming from step 3 of 4" in again.stdout and "warning: resuming" not in again.stdout
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [0, 1, 2, 3, 4]
-    summary = json.loads((out / "summary.json").read_text())
-    assert len(set(summary["replicas"]["weights_checksums"])) == 1
+    resumed = json.loads((out / "summary.json").read_text())["replicas"]["weights_checksums"]
+    whole = tmp_path / "whole"
+    assert _torchrun(tmp_path, _raw(tiny_model, whole, steps=4)).returncode == 0
+    assert resumed == json.loads((whole / "summary.json").read_text())["replicas"]["weights_checksums"]
 
 
 @pytest.mark.slow
