@@ -18,21 +18,21 @@ from typing import Any
 
 from rlvr.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from rlvr.algorithms.losses import KL_ESTIMATORS
-from rlvr.checkpoint import restore_states, resume_checkpoint, save_checkpoint
-from rlvr.config import RunConfig, save_config
+from rlvr.config import RunConfig
 from rlvr.engines import SamplingParams
 from rlvr.engines.base import call_optional
 from rlvr.evaluate import evaluate_suites
 from rlvr.models import Reference, context_length, load_run_policy, load_tokenizer, save_final_model
 from rlvr.progress import make_progress
 from rlvr.reward_scoring import build_reward_scorer
-from rlvr.rollout import ProblemSampler, collate, collect_groups, sample_tensors
-from rlvr.run_folder import prepare_run_folder
-from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads
+from rlvr.ranks import (open_tracker, reduce_metrics, replica_check, resume_or_start, save_run_checkpoint, seed_ranks,
+                        start_run)
+from rlvr.rollout import ProblemSampler, RankSampler, collate, collect_groups, sample_tensors
+from rlvr.runtime import build_optimizer, build_scheduler
 from rlvr.step_metrics import progress_postfix, run_summary, step_metrics
 from rlvr.suites import (PromptEncoder, announce_suites, check_verifiers, drop_overlong_prompts, load_eval_suites,
                          load_training_suites)
-from rlvr.tracking import Alarms, Tracker, VerifierErrors, plot_metrics
+from rlvr.tracking import Alarms, VerifierErrors, plot_metrics
 from rlvr.update import UpdateSettings, no_grad_logprobs, reference_logprobs, update_policy
 from rlvr.verifiers.runner import VerifierRunner
 from rlvr.weight_sync import start_engine
@@ -42,24 +42,19 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     """Train a policy with the configured critic-free algorithm; returns the run summary.
 
     ``resume`` continues the run in ``config.out`` from its latest checkpoint; ``overwrite``
-    replaces a previous run there (without either, a folder that holds a run is refused).
+    replaces a previous run there (without either, a folder that holds a run is refused). Under
+    ``torchrun`` each rank trains on its share of the groups (see ``rlvr/ranks.py``).
     """
-    quiet_transformers()
-    device = resolve_device(config.train.device)
-    run_dir = prepare_run_folder(config.out, name=config.algorithm.preset, resume=resume, overwrite=overwrite)
-    config = config.model_copy(update={"out": str(run_dir)})
-    print(f"run folder: {run_dir}" + (" (resuming)" if resume else ""), flush=True)
-    seed_everything(config.train.seed)
-    set_threads(config.train.threads)
-    algo, gen, t = config.algorithm, config.generation, config.train
-    checkpoint = resume_checkpoint(run_dir) if resume else None
+    config, run_dir, dist, checkpoint = start_run(config, resume=resume, overwrite=overwrite)
+    device, algo, gen, t = dist.device, config.algorithm, config.generation, config.train
 
     # ---- data and verifiers first: a wrong name or option fails before any model is loaded -----
     suites, weights = load_training_suites(config.data)
     eval_suites = load_eval_suites(config)
     check_verifiers(config.verifier.name, config.verifier.options,
                     [p for problems in [*suites.values(), *eval_suites.values()] for p in problems])
-    announce_suites(config, suites, eval_suites)  # verifier, instruction, chat template of each suite
+    if dist.is_main:
+        announce_suites(config, suites, eval_suites)  # verifier, instruction, chat template of each suite
     runner = VerifierRunner(workers=config.verifier.workers, timeout_s=config.verifier.timeout_s)
 
     # ---- models, engine, optimizer, logging --------------------------------------------------
@@ -68,7 +63,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     context = context_length(config.model.path)
     suites = drop_overlong_prompts(suites, encode, context, gen.max_new_tokens, gen.overlong_prompts)
     eval_suites = drop_overlong_prompts(eval_suites, encode, context, _eval_max_new_tokens(config), gen.overlong_prompts)
-    sampler = ProblemSampler(suites, weights, seed=t.seed)
+    sampler = RankSampler(ProblemSampler(suites, weights, seed=t.seed), dist.rank, dist.world_size)
     policy = load_run_policy(config.model, device, checkpoint)
     reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device))
     engine, sync = start_engine(config.engine, policy, tokenizer, dtype=config.model.dtype, context=context)
@@ -77,27 +72,20 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     scheduler = build_scheduler(optimizer, total=t.steps, warmup=config.optim.warmup_steps,
                                 schedule=config.optim.schedule, min_ratio=config.optim.min_lr_ratio)
     sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k)
-    settings = UpdateSettings.from_config(config)
+    settings = UpdateSettings.from_config(config, dist)
 
-    tracker = Tracker(run_dir, tensorboard=config.log.tensorboard, wandb=config.log.wandb,
-                      wandb_project=config.log.wandb_project, config=config.model_dump(mode="json"))
+    tracker = open_tracker(config, run_dir, dist)
     alarms = Alarms(config.log.alarm_patience, window=config.log.divergence_window)
     states = {"optimizer": optimizer, "scheduler": scheduler, "sampler": sampler, "alarms": alarms,
               **({"reward_model": scorer} if scorer else {})}
-    start_step, wall_before, evaluations = 0, 0.0, {}
-    if checkpoint is not None:
-        state = restore_states(checkpoint, states)
-        start_step, wall_before, evaluations = state["step"], state["wall_s"], dict(state["evaluations"])
-        tracker.truncate(start_step)
-        print(f"resuming from step {start_step} of {t.steps}")
-    else:
-        save_config(config, run_dir / "config.yaml")
+    start_step, wall_before, evaluations = resume_or_start(config, run_dir, checkpoint, states, tracker, dist, sampler)
+    seed_ranks(t.seed, dist)
     started = time.perf_counter()
-    if start_step == 0 and config.eval.at_start and eval_suites:
+    if start_step == 0 and config.eval.at_start and eval_suites and dist.is_main:
         evaluations[0] = _evaluate(engine, encode, eval_suites, runner, config)
         tracker.log(0, evaluations[0])
 
-    progress = make_progress(t.steps, algo.preset, initial=start_step, enabled=config.log.progress)
+    progress = make_progress(t.steps, algo.preset, initial=start_step, enabled=config.log.progress and dist.is_main)
     verifier_errors = VerifierErrors(config.verifier.max_error_frac, printer=progress.write if progress else print)
     log_s = 0.0  # time/log: the previous step's metrics line, progress, plot and checkpoint (none before the first)
     try:
@@ -106,7 +94,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
 
             # ---- 1. rollout: problems -> groups -> rewards ------------------------------------
             groups, rollout = collect_groups(
-                engine=engine, runner=runner, sampler=sampler, encode=encode, num_prompts=t.prompts_per_step,
+                engine=engine, runner=runner, sampler=sampler, encode=encode, num_prompts=t.prompts_per_step // dist.world_size,
                 group_size=t.group_size, sampling=sampling, verifier=config.verifier.name,
                 verifier_options=config.verifier.options, reward_model=scorer,
                 dynamic_sampling=algo.dynamic_sampling, max_resample_rounds=algo.max_resample_rounds,
@@ -159,12 +147,13 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                 "time/log": log_s,
                 "perf/tokens_per_s": rollout.generated_tokens / max(rollout.generate_s, 1e-9),
             })
-            for message in alarms.update(step, metrics):
+            metrics = reduce_metrics(metrics, dist)  # every rank's alarms see the same numbers
+            for message in alarms.update(step, metrics) if dist.is_main else ():
                 (progress.write if progress is not None else print)(message)
 
             # ---- 6. evaluate (on schedule and after the last step), checkpoint ------------------
             periodic = config.eval.every and step % config.eval.every == 0
-            if eval_suites and (periodic or (step == t.steps and config.eval.at_end)):
+            if eval_suites and dist.is_main and (periodic or (step == t.steps and config.eval.at_end)):
                 metrics.update(_evaluate(engine, encode, eval_suites, runner, config))
                 evaluations[step] = {k: v for k, v in metrics.items() if k.startswith("eval/")}
             log_start = time.perf_counter()
@@ -172,12 +161,12 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             if progress is not None:
                 progress.set_postfix(**progress_postfix(metrics))
                 progress.update(1)
-            if config.log.plot and config.log.plot_every and step % config.log.plot_every == 0:
+            if config.log.plot and config.log.plot_every and step % config.log.plot_every == 0 and dist.is_main:
                 plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))
             if (config.checkpoint.every and step % config.checkpoint.every == 0) or (step == t.steps and config.checkpoint.at_end):
-                save_checkpoint(run_dir, step, models={"policy": policy}, tokenizer=tokenizer, states=states,
-                                keep=config.checkpoint.keep,
-                                extra={"wall_s": wall_before + time.perf_counter() - started, "evaluations": evaluations})
+                save_run_checkpoint(run_dir, step, dist=dist, sampler=sampler, models={"policy": policy},
+                                    tokenizer=tokenizer, states=states, keep=config.checkpoint.keep,
+                                    extra={"wall_s": wall_before + time.perf_counter() - started, "evaluations": evaluations})
             log_s = time.perf_counter() - log_start
     finally:
         if progress is not None:
@@ -185,14 +174,16 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
         runner.close()
         call_optional(engine, "close")
 
-    # ---- the end: model, plots, summary (the final evaluation ran with the last step) ---------
-    if config.checkpoint.final_model:
-        save_final_model(policy, tokenizer, run_dir / "final")
-    if config.log.plot:
-        plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))
+    # ---- the end: model, plots, summary (the final evaluation ran with the last step), rank 0 --
+    replicas = replica_check(dist, policy)
     tracker.close()
     summary = run_summary(config, evaluations, alarms, wall_before + time.perf_counter() - started)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if dist.is_main:
+        if config.checkpoint.final_model:
+            save_final_model(policy, tokenizer, run_dir / "final")
+        if config.log.plot:
+            plot_metrics(tracker.path, run_dir / "metrics.png", title=str(run_dir))
+        (run_dir / "summary.json").write_text(json.dumps(summary | ({"replicas": replicas} if replicas else {}), indent=2))
     return summary
 
 

@@ -94,6 +94,29 @@ class ProblemSampler:
         self._order = {name: self._permutation(name, self._epoch[name]) for name in self.names}
 
 
+class RankSampler:
+    """One rank's share of a data-parallel run's problems: every rank draws the same ``k * world``
+    problems from its own copy of the same :class:`ProblemSampler` (same seed, same position) and
+    keeps every ``world``-th one from its rank on, so the ranks' whole groups partition the step's
+    problems without any communication. On one process it is the sampler itself.
+
+    With dynamic sampling, a rank's refill rounds draw again by themselves, so the ranks' positions
+    may drift apart (still a valid draw for each rank); checkpoints therefore keep every rank's state.
+    """
+
+    def __init__(self, sampler: ProblemSampler, rank: int = 0, world_size: int = 1):
+        self.sampler, self.rank, self.world_size = sampler, rank, world_size
+
+    def next(self, k: int) -> list[tuple[str, Problem]]:
+        return self.sampler.next(k * self.world_size)[self.rank :: self.world_size]
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(state)
+
+
 # ---------------------------------------------------------------------------------------------
 # Generating and scoring groups
 # ---------------------------------------------------------------------------------------------

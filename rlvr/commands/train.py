@@ -4,6 +4,7 @@ or actor-critic (PPO, REINFORCE with a learned baseline), by ``algorithm.preset`
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -53,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.recipes import train
 
     summary = train(config, resume=args.resume is not None, overwrite=args.overwrite)
+    if os.environ.get("RANK", "0") != "0":  # a torchrun rank other than 0: rank 0 reports
+        return 0
     before, after = summary.get("accuracy_before"), summary.get("accuracy_after")
     if before is not None and after is not None:
         print(f"eval accuracy: {before:.3f} -> {after:.3f}")
