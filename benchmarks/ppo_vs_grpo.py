@@ -31,7 +31,8 @@ RECIPES = {"grpo": "quickstart.yaml", "ppo": "quickstart_ppo.yaml"}
 
 def build_sft_model(root: Path, seed: int, threads: int) -> Path:
     from rlvr import sft
-    from rlvr.config import SFTConfig, build_config
+    from rlvr.config import build_config
+    from rlvr.offline_configs import SFTConfig
     from rlvr.configs import load_packaged
     from rlvr.models import build_tiny_model
 

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import torch
 
 from rlvr.algorithms.preference import dpo_loss
-from rlvr.config import DPOConfig, save_config
+from rlvr.config import save_config
+from rlvr.offline_configs import DPOConfig
 from rlvr.engines import HFEngine, SamplingParams
 from rlvr.evaluate import evaluate
 from rlvr.logprobs import completion_logprobs

@@ -25,7 +25,9 @@ from typing import Any, Sequence
 
 import yaml
 
-from rlvr.config import RunConfig, SFTConfig, build_config
+from rlvr.config import RunConfig, build_config
+
+from rlvr.offline_configs import SFTConfig
 from rlvr.configs import load_packaged
 from rlvr.suites import eval_entries
 
@@ -135,7 +137,7 @@ def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | Non
 def _reward_model_stages(run_dir: Path, rl_config: dict, *, seed: int, device: str, progress: bool) -> dict[str, Any]:
     """Preference pairs from the SFT model's samples on the RL task, then a reward model on them (``rm/``)."""
     from rlvr import reward_model
-    from rlvr.config import RewardModelConfig
+    from rlvr.offline_configs import RewardModelConfig
     from rlvr.preferences import build_preferences
 
     sft_model, task = run_dir / "sft" / "final", rl_config["data"][0]

@@ -28,7 +28,8 @@ import torch
 
 from rlvr.algorithms.preference import bradley_terry_loss
 from rlvr.checkpoint import restore_states, resume_checkpoint, save_checkpoint
-from rlvr.config import RewardModelConfig, save_config
+from rlvr.config import save_config
+from rlvr.offline_configs import RewardModelConfig
 from rlvr.logprobs import completion_logprobs
 from rlvr.models import check_model_folder, context_length, is_lora, load_policy, load_tokenizer, resolve_dtype
 from rlvr.preferences import TokenizedPair, load_preference_data, tokenize_pairs

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from rlvr.chat import Messages
-from rlvr.config import SFTConfig, save_config
+from rlvr.config import save_config
+from rlvr.offline_configs import SFTConfig
 from rlvr.engines import HFEngine, SamplingParams
 from rlvr.evaluate import evaluate
 from rlvr.logprobs import completion_logprobs

@@ -32,7 +32,8 @@ def tiny_model(tmp_path_factory) -> Path:
 def taught_model(tmp_path_factory, tiny_model) -> Path:
     """The tiny model after a short SFT on 1-digit addition: right often, wrong sometimes."""
     from rlvr import sft
-    from rlvr.config import SFTConfig, build_config
+    from rlvr.config import build_config
+    from rlvr.offline_configs import SFTConfig
 
     out = tmp_path_factory.mktemp("taught")
     config = build_config(SFTConfig, {

@@ -149,7 +149,8 @@ def test_examples_in_code_blocks_run(where, command, user_folder, monkeypatch, c
 
 @pytest.mark.parametrize("where, command", [(w, c) for w, c, block in COMMANDS if not block and not _is_synopsis(c)])
 def test_inline_examples_parse_and_validate(where, command, user_folder, monkeypatch):
-    from rlvr.config import RunConfig, SFTConfig, load_config
+    from rlvr.config import RunConfig, load_config
+    from rlvr.offline_configs import SFTConfig
 
     monkeypatch.chdir(user_folder)
     words = shlex.split(command)

@@ -8,7 +8,8 @@ import torch
 
 from rlvr import dpo
 from rlvr.cli import main
-from rlvr.config import ConfigError, DPOConfig, build_config
+from rlvr.config import ConfigError, build_config
+from rlvr.offline_configs import DPOConfig
 from rlvr.models import Reference, load_policy, load_tokenizer
 from rlvr.preferences import load_preferences, tokenize_pairs
 from rlvr.tracking import read_metrics

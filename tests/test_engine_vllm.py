@@ -24,7 +24,8 @@ def vllm_model(tmp_path_factory):
     """A tiny Llama vLLM's CPU attention takes (head size 32), taught 1-digit addition so that it
     ends completions with EOS often."""
     from rlvr import sft
-    from rlvr.config import SFTConfig, build_config
+    from rlvr.config import build_config
+    from rlvr.offline_configs import SFTConfig
 
     base = build_tiny_model(tmp_path_factory.mktemp("vllm_tiny") / "model", hidden_size=64, num_heads=2,
                             intermediate_size=128, seed=0)

@@ -9,7 +9,8 @@ import torch
 
 from rlvr import reward_model
 from rlvr.cli import main
-from rlvr.config import RewardModelConfig, build_config
+from rlvr.config import build_config
+from rlvr.offline_configs import RewardModelConfig
 from rlvr.preferences import load_preferences, split_by_prompt, tokenize_pairs
 from rlvr.tasks.loading import DataError
 from rlvr.tracking import read_metrics

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from rlvr import sft
-from rlvr.config import SFTConfig, build_config
+from rlvr.config import build_config
+from rlvr.offline_configs import SFTConfig
 from rlvr.tracking import read_metrics
 
 

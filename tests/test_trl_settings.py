@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from rlvr.chat import encode_prompts, render_prompt, resolve_chat_template
-from rlvr.config import ConfigError, RunConfig, SFTConfig, build_config
+from rlvr.config import ConfigError, RunConfig, build_config
+from rlvr.offline_configs import SFTConfig
 from rlvr.verifiers.errors import InvalidValueError, MissingFileError, PluginLoadError
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3="}]

@@ -28,7 +28,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.config import DPOConfig, load_config
+    from rlvr.config import load_config
+    from rlvr.offline_configs import DPOConfig
 
     overrides = list(args.overrides) + ([f"out={args.out}"] if args.out else [])
     config = load_config(DPOConfig, args.config, overrides)  # a ConfigError is printed by rlvr.cli
