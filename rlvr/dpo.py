@@ -32,7 +32,7 @@ from rlvr.preferences import TokenizedPair, load_preference_data, tokenize_pairs
 from rlvr.progress import make_progress
 from rlvr.reward_model import batch_indices, collate_completions
 from rlvr.run_folder import prepare_run_folder
-from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads
+from rlvr.runtime import optimizer_from_config, quiet_transformers, resolve_device, seed_everything, set_threads
 from rlvr.suites import PromptEncoder, load_suite
 from rlvr.tracking import Tracker, plot_metrics
 from rlvr.verifiers.runner import VerifierRunner
@@ -111,12 +111,8 @@ def train(config: DPOConfig, *, overwrite: bool = False) -> dict[str, Any]:
     reference = Reference(policy, needed=True, path=config.model.path, dtype=config.model.dtype, device=str(device))
     pad_id = tokenizer.pad_token_id
     total_steps = max(1, math.ceil(t.epochs * len(train_data) / t.batch_size))
-    optimizer = build_optimizer(policy.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay,
-                                betas=config.optim.betas)
-    scheduler = build_scheduler(optimizer, total=total_steps, warmup=config.optim.warmup_steps,
-                                schedule=config.optim.schedule, min_ratio=config.optim.min_lr_ratio)
-    tracker = Tracker(run_dir, tensorboard=config.log.tensorboard, wandb=config.log.wandb,
-                      wandb_project=config.log.wandb_project, config=config.model_dump(mode="json"))
+    optimizer, scheduler = optimizer_from_config(policy.parameters(), config.optim, total_steps)
+    tracker = Tracker.for_run(run_dir, config)
     engine, encode = HFEngine(policy, tokenizer), PromptEncoder(tokenizer)
     runner = VerifierRunner() if problems else None
     started = time.perf_counter()

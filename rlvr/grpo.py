@@ -28,7 +28,7 @@ from rlvr.reward_scoring import build_reward_scorer
 from rlvr.ranks import (open_tracker, reduce_metrics, replica_check, resume_or_start, save_run_checkpoint, seed_ranks,
                         start_run)
 from rlvr.rollout import ProblemSampler, RankSampler, collate, collect_groups, sample_tensors
-from rlvr.runtime import build_optimizer, build_scheduler
+from rlvr.runtime import optimizer_from_config
 from rlvr.step_metrics import progress_postfix, run_summary, step_metrics
 from rlvr.suites import (PromptEncoder, announce_suites, check_verifiers, drop_overlong_prompts, load_eval_suites,
                          load_training_suites)
@@ -68,9 +68,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device))
     engine, sync = start_engine(config.engine, policy, tokenizer, dtype=config.model.dtype, context=context)
     scorer = build_reward_scorer(config, device, tokenizer)  # a learned reward model, when configured
-    optimizer = build_optimizer(policy.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay, betas=config.optim.betas)
-    scheduler = build_scheduler(optimizer, total=t.steps, warmup=config.optim.warmup_steps,
-                                schedule=config.optim.schedule, min_ratio=config.optim.min_lr_ratio)
+    optimizer, scheduler = optimizer_from_config(policy.parameters(), config.optim, t.steps)
     sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k)
     settings = UpdateSettings.from_config(config, dist)
 

@@ -36,7 +36,7 @@ from rlvr.reward_scoring import build_reward_scorer
 from rlvr.ranks import (open_tracker, reduce_metrics, replica_check, resume_or_start, save_run_checkpoint, seed_ranks,
                         start_run)
 from rlvr.rollout import Batch, ProblemSampler, RankSampler, collate, collect_groups, sample_tensors
-from rlvr.runtime import Distributed, build_optimizer, build_scheduler
+from rlvr.runtime import Distributed, optimizer_from_config
 from rlvr.step_metrics import progress_postfix, run_summary, step_metrics
 from rlvr.suites import (PromptEncoder, announce_suites, check_verifiers, drop_overlong_prompts, load_eval_suites,
                          load_training_suites)
@@ -373,13 +373,10 @@ def _critic_gradients(critic: ValueModel, minibatch: Batch, s: UpdateSettings, m
 def _optimizers(config: RunConfig, policy, critic: ValueModel):
     """``(optimizer, scheduler, critic_optimizer, critic_scheduler)``: the critic has its own learning
     rate (``critic.lr``, default ``optim.lr``), constant after the warm-up."""
-    o, steps = config.optim, config.train.steps
-    optimizer = build_optimizer(policy_parameters(policy, critic), lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
-    scheduler = build_scheduler(optimizer, total=steps, warmup=o.warmup_steps, schedule=o.schedule, min_ratio=o.min_lr_ratio)
-    critic_optimizer = build_optimizer(critic.trainable_parameters(), lr=config.critic.lr or o.lr,
-                                       weight_decay=o.weight_decay, betas=o.betas)
-    critic_scheduler = build_scheduler(critic_optimizer, total=steps, warmup=o.warmup_steps, schedule="constant",
-                                       min_ratio=1.0)
+    steps = config.train.steps
+    optimizer, scheduler = optimizer_from_config(policy_parameters(policy, critic), config.optim, steps)
+    critic_optimizer, critic_scheduler = optimizer_from_config(critic.trainable_parameters(), config.optim, steps,
+                                                               lr=config.critic.lr, schedule="constant")
     return optimizer, scheduler, critic_optimizer, critic_scheduler
 
 

@@ -78,8 +78,7 @@ def open_tracker(config, run_dir: Path, dist: Distributed):
     """The metrics tracker on rank 0; on the other ranks one that writes nothing."""
     if not dist.is_main:
         return _Silent(run_dir / "metrics.jsonl")
-    return Tracker(run_dir, tensorboard=config.log.tensorboard, wandb=config.log.wandb,
-                   wandb_project=config.log.wandb_project, config=config.model_dump(mode="json"))
+    return Tracker.for_run(run_dir, config)
 
 
 class _Silent:

@@ -35,8 +35,7 @@ from rlvr.models import check_model_folder, context_length, is_lora, load_policy
 from rlvr.preferences import TokenizedPair, load_preference_data, tokenize_pairs
 from rlvr.progress import make_progress
 from rlvr.run_folder import prepare_run_folder
-from rlvr.runtime import (build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything,
-                          set_threads)
+from rlvr.runtime import optimizer_from_config, quiet_transformers, resolve_device, seed_everything, set_threads
 from rlvr.tracking import Tracker, plot_metrics
 
 HEAD_FILE = "reward_model.json"
@@ -235,12 +234,8 @@ def train(config: RewardModelConfig, *, overwrite: bool = False, resume: bool = 
     score = HEADS[config.head]
     pad_id, t, margin = tokenizer.pad_token_id, config.train, config.loss.margin
     total_steps = max(1, math.ceil(t.epochs * len(train_data) / t.batch_size))
-    optimizer = build_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay,
-                                betas=config.optim.betas)
-    scheduler = build_scheduler(optimizer, total=total_steps, warmup=config.optim.warmup_steps,
-                                schedule=config.optim.schedule, min_ratio=config.optim.min_lr_ratio)
-    tracker = Tracker(run_dir, tensorboard=config.log.tensorboard, wandb=config.log.wandb,
-                      wandb_project=config.log.wandb_project, config=config.model_dump(mode="json"))
+    optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, total_steps)
+    tracker = Tracker.for_run(run_dir, config)
     first_step, started, before = 1, time.perf_counter(), None
     if checkpoint is not None:
         state = restore_states(checkpoint, {"optimizer": optimizer, "scheduler": scheduler})

@@ -157,6 +157,15 @@ def build_scheduler(optimizer, *, total: int, warmup: int, schedule: str, min_ra
     )
 
 
+def optimizer_from_config(params, optim, total: int, *, lr: float | None = None, schedule: str | None = None):
+    """``(optimizer, scheduler)``: AdamW over ``params`` and its schedule over ``total`` steps, from an
+    ``OptimConfig`` section; ``lr`` and ``schedule`` replace the section's (e.g. for PPO's critic)."""
+    optimizer = build_optimizer(params, lr=lr or optim.lr, weight_decay=optim.weight_decay, betas=optim.betas)
+    scheduler = build_scheduler(optimizer, total=total, warmup=optim.warmup_steps, schedule=schedule or optim.schedule,
+                                min_ratio=optim.min_lr_ratio)
+    return optimizer, scheduler
+
+
 # ---------------------------------------------------------------------------------------------
 # Data-parallel runs (torchrun): the one place that knows about ranks
 # ---------------------------------------------------------------------------------------------

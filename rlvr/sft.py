@@ -25,7 +25,7 @@ from rlvr.logprobs import completion_logprobs
 from rlvr.models import load_policy, load_tokenizer, save_final_model
 from rlvr.progress import make_progress
 from rlvr.run_folder import prepare_run_folder
-from rlvr.runtime import build_optimizer, build_scheduler, quiet_transformers, resolve_device, seed_everything, set_threads
+from rlvr.runtime import optimizer_from_config, quiet_transformers, resolve_device, seed_everything, set_threads
 from rlvr.suites import PromptEncoder, load_suite
 from rlvr.tracking import Tracker, plot_metrics
 from rlvr.tasks.base import Problem
@@ -141,10 +141,8 @@ def train(config: SFTConfig, *, overwrite: bool = False) -> dict[str, Any]:
     model = load_policy(config.model.path, dtype=config.model.dtype, device=str(device), lora=lora,
                         gradient_checkpointing=config.model.gradient_checkpointing)
     data = _tokenize(tokenizer, sources)
-    optimizer = build_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay, betas=config.optim.betas)
-    scheduler = build_scheduler(optimizer, total=config.train.steps, warmup=config.optim.warmup_steps,
-                                schedule=config.optim.schedule, min_ratio=config.optim.min_lr_ratio)
-    tracker = Tracker(run_dir)
+    optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, config.train.steps)
+    tracker = Tracker.for_run(run_dir, config)
     engine = HFEngine(model, tokenizer)
     encode = PromptEncoder(tokenizer, first.chat_template)  # held-out prompts as the first source's
     runner = VerifierRunner()

@@ -63,6 +63,13 @@ class Tracker:
             except ImportError:
                 warnings.warn("log.wandb is set but wandb is not installed (pip install wandb)")
 
+
+    @classmethod
+    def for_run(cls, run_dir: str | Path, config) -> "Tracker":
+        """The tracker a run config's ``log`` section asks for (tensorboard, wandb), the resolved config
+        attached to the wandb run."""
+        return cls(run_dir, tensorboard=config.log.tensorboard, wandb=config.log.wandb,
+                   wandb_project=config.log.wandb_project, config=config.model_dump(mode="json"))
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         """Append ``{"step", "time", **metrics}``: ``time`` is the wall clock when the line was written
         (unix seconds), a label like ``step`` rather than a metric (trackers and plots skip it)."""
