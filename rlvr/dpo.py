@@ -31,8 +31,7 @@ from rlvr.models import Reference, context_length, load_policy, load_tokenizer, 
 from rlvr.preferences import TokenizedPair, load_preference_data, tokenize_pairs
 from rlvr.progress import make_progress
 from rlvr.reward_model import batch_indices, collate_completions
-from rlvr.run_folder import prepare_run_folder
-from rlvr.runtime import optimizer_from_config, quiet_transformers, resolve_device, seed_everything, set_threads
+from rlvr.runtime import begin_run, optimizer_from_config
 from rlvr.suites import PromptEncoder, load_suite
 from rlvr.tracking import Tracker, plot_metrics
 from rlvr.verifiers.runner import VerifierRunner
@@ -89,13 +88,7 @@ def evaluate_pairs(policy, reference: Reference, pairs: Sequence[TokenizedPair],
 def train(config: DPOConfig, *, overwrite: bool = False) -> dict[str, Any]:
     """Offline DPO on preference pairs; see the module docstring. ``overwrite`` replaces a run already
     in ``config.out``."""
-    quiet_transformers()
-    device = resolve_device(config.train.device)
-    run_dir = prepare_run_folder(config.out, name="dpo", overwrite=overwrite)
-    config = config.model_copy(update={"out": str(run_dir)})
-    print(f"run folder: {run_dir}", flush=True)
-    seed_everything(config.train.seed)
-    set_threads(config.train.threads)
+    config, run_dir, device = begin_run(config, "dpo", overwrite=overwrite)
     train_pairs, eval_pairs = load_preference_data(config.data, config.train.seed)  # bad data fails before any model
     ev, d, t = config.eval, config.dpo, config.train
     problems = load_suite(ev.task, path=ev.path, split=ev.split, options=ev.options, limit=ev.limit) if ev.task else []

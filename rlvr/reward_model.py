@@ -34,8 +34,7 @@ from rlvr.logprobs import completion_logprobs
 from rlvr.models import check_model_folder, context_length, is_lora, load_policy, load_tokenizer, resolve_dtype
 from rlvr.preferences import TokenizedPair, load_preference_data, tokenize_pairs
 from rlvr.progress import make_progress
-from rlvr.run_folder import prepare_run_folder
-from rlvr.runtime import optimizer_from_config, quiet_transformers, resolve_device, seed_everything, set_threads
+from rlvr.runtime import begin_run, optimizer_from_config
 from rlvr.tracking import Tracker, plot_metrics
 
 HEAD_FILE = "reward_model.json"
@@ -215,13 +214,7 @@ def batch_indices(step: int, batch_size: int, n: int, seed: int) -> list[int]:
 def train(config: RewardModelConfig, *, overwrite: bool = False, resume: bool = False) -> dict[str, Any]:
     """Train a Bradley-Terry reward model; see the module docstring. ``resume`` continues from the run's
     latest checkpoint, ``overwrite`` replaces a run already in ``config.out``."""
-    quiet_transformers()
-    device = resolve_device(config.train.device)
-    run_dir = prepare_run_folder(config.out, name="rm", resume=resume, overwrite=overwrite)
-    config = config.model_copy(update={"out": str(run_dir)})
-    print(f"run folder: {run_dir}", flush=True)
-    seed_everything(config.train.seed)
-    set_threads(config.train.threads)
+    config, run_dir, device = begin_run(config, "rm", resume=resume, overwrite=overwrite)
     train_pairs, eval_pairs = load_preference_data(config.data, config.train.seed)  # bad data fails before any model
     save_config(config, run_dir / "config.yaml")
     tokenizer = load_tokenizer(config.model.path)

@@ -24,8 +24,7 @@ from rlvr.evaluate import evaluate
 from rlvr.logprobs import completion_logprobs
 from rlvr.models import load_policy, load_tokenizer, save_final_model
 from rlvr.progress import make_progress
-from rlvr.run_folder import prepare_run_folder
-from rlvr.runtime import optimizer_from_config, quiet_transformers, resolve_device, seed_everything, set_threads
+from rlvr.runtime import begin_run, optimizer_from_config
 from rlvr.suites import PromptEncoder, load_suite
 from rlvr.tracking import Tracker, plot_metrics
 from rlvr.tasks.base import Problem
@@ -122,13 +121,7 @@ def _collate(pairs: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[tor
 def train(config: SFTConfig, *, overwrite: bool = False) -> dict[str, Any]:
     """Fine-tune on gold completions; stops early when held-out accuracy reaches ``eval.stop_at_accuracy``.
     ``overwrite`` replaces a previous run in ``config.out`` (else a folder holding a run is refused)."""
-    quiet_transformers()
-    device = resolve_device(config.train.device)
-    run_dir = prepare_run_folder(config.out, name="sft", overwrite=overwrite)
-    config = config.model_copy(update={"out": str(run_dir)})
-    print(f"run folder: {run_dir}", flush=True)
-    seed_everything(config.train.seed)
-    set_threads(config.train.threads)
+    config, run_dir, device = begin_run(config, "sft", overwrite=overwrite)
     sources = _load_sources(config.data)  # bad data fails before any model is loaded
     ev, first = config.eval, config.data[0]
     eval_problems = []
