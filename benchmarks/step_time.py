@@ -2,10 +2,12 @@
 
     python benchmarks/step_time.py [--steps 30] [--device cpu] [--shape quickstart|trl] [--engine hf|vllm ...]
 
-Shapes:
+Shapes (both start from the quickstart's SFT warm start, ~0.30 greedy accuracy, so that groups have
+reward variance and the update does real work; a random model's groups are all zero, and at beta 0
+its "update" would be empty):
     quickstart  32 prompts x 8 samples, 5 new tokens, the quickstart's 0.54M-parameter model
-    trl         8 prompts x 8 samples, 16 new tokens, a ~1M-parameter Llama (the shape of the TRL
-                figure in ../shared/FACTS.md: ~3.1 s median per step at beta 0 on these machines)
+    trl         8 prompts x 8 samples, up to 16 new tokens, the same model with 4 layers (~1M
+                parameters): the step-time shape of benchmarks/vs_trl.py, which times TRL beside it
 
 Prints the median seconds of each phase (generate / verify / update / whole step) over the
 steps after a warm-up, each phase's share of the step, and generated tokens per second. The
@@ -26,27 +28,26 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 SHAPES = {
-    "quickstart": dict(model=dict(hidden_size=128, intermediate_size=512, num_layers=2, num_heads=4),
-                       prompts=32, group=8, new_tokens=5),
-    "trl": dict(model=dict(hidden_size=192, intermediate_size=768, num_layers=2, num_heads=4),
-                prompts=8, group=8, new_tokens=16),
+    "quickstart": dict(layers=2, prompts=32, group=8, new_tokens=5),
+    "trl": dict(layers=4, prompts=8, group=8, new_tokens=16),
 }
 
 
 def run(shape: str, steps: int, device: str, beta: float, threads: int | None, warmup: int = 3,
         engine: str = "hf") -> dict[str, float]:
+    from benchmarks.vs_trl import TASK_OPTIONS, build_sft_model
     from rlvr import grpo
     from rlvr.config import RunConfig, build_config
-    from rlvr.models import build_tiny_model, load_policy
+    from rlvr.models import load_policy
     from rlvr.tracking import read_metrics
 
     spec = SHAPES[shape]
     with tempfile.TemporaryDirectory() as tmp:
-        model = build_tiny_model(Path(tmp) / "model", **spec["model"])
+        model = build_sft_model(Path(tmp) / "model", seed=0, layers=spec["layers"], threads=threads or 2)
         n_params = sum(p.numel() for p in load_policy(model).parameters())
         config = build_config(RunConfig, {
             "out": str(Path(tmp) / "run"), "model": {"path": str(model)},
-            "data": [{"task": "arithmetic", "options": {"style": "bare"}}],
+            "data": [{"task": "arithmetic", "options": TASK_OPTIONS}],
             "generation": {"max_new_tokens": spec["new_tokens"]}, "engine": {"name": engine},
             "algorithm": {"preset": "grpo", "beta": beta},
             "optim": {"lr": 1e-4},
@@ -54,8 +55,8 @@ def run(shape: str, steps: int, device: str, beta: float, threads: int | None, w
                       "micro_batch_size": 256, "device": device, "threads": threads},
             "eval": {"at_start": False, "at_end": False},
             "verifier": {"workers": 0},
-            "checkpoint": {"every": 0},
-            "log": {"progress": False, "plot_every": 0},
+            "checkpoint": {"every": 0, "at_end": False, "final_model": False},
+            "log": {"progress": False, "plot": False},
         })
         grpo.train(config)
         records = [r for r in read_metrics(Path(tmp) / "run" / "metrics.jsonl") if "time/step" in r][warmup:]

@@ -7,7 +7,8 @@
 Everything is built here, nothing is downloaded: the quickstart's tiny character-level Llama and its
 SFT warm start (3-digit addition, ``7+345=`` -> ``352``, stopped at ~0.30 greedy accuracy), and the
 problems, which both systems read as the same raw strings (no chat template: TRL feeds string
-prompts raw) with a reward of 1 for the exact answer.
+prompts raw; both see the same token ids, ``<bos>`` first) with the same reward: rlvr's ``numeric``
+verifier (1 for the right number).
 
 Step time (the default): each system runs in its own process, the two alternating for ``--rounds``
 rounds at each beta, so both see the same machine (these machines are shared and noisy). Matched
@@ -89,13 +90,14 @@ def problems(split: str, limit: int | None = None) -> list[dict]:
 def greedy_accuracy(model, tokenizer, rows: list[dict], max_new_tokens: int) -> float:
     """Greedy accuracy of ``model`` on ``rows`` with rlvr's HF engine and ``numeric`` verifier: the one
     measurement both systems' runs are judged by."""
+    from rlvr.chat import encode_prompts
     from rlvr.engines.base import SamplingParams
     from rlvr.engines.hf import HFEngine
     from rlvr.verifiers import get_verifier
 
     engine = HFEngine(model, tokenizer)
     verifier = get_verifier("numeric")
-    ids = tokenizer([r["prompt"] for r in rows])["input_ids"]
+    ids = encode_prompts(tokenizer, [[{"role": "user", "content": r["prompt"]}] for r in rows])
     groups = engine.generate(ids, 1, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
     right = [verifier.score(g[0].text, {"answer": r["answer"]}).score == 1.0 for g, r in zip(groups, rows)]
     return sum(right) / len(right)
@@ -117,8 +119,12 @@ def run_trl(spec: dict) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(spec["model"])
     eval_rows = problems("test", spec["eval_limit"]) if spec.get("eval_every") else []
 
-    def exact_answer(completions, answer, **_):
-        return [1.0 if c.strip() == a else 0.0 for c, a in zip(completions, answer)]
+    from rlvr.verifiers import get_verifier
+
+    numeric = get_verifier("numeric")
+
+    def exact_answer(completions, answer, **_):  # rlvr's own reward for the task, in TRL's process
+        return [numeric.score(c, {"answer": a}).score for c, a in zip(completions, answer)]
 
     class Clock(TrainerCallback):
         """Step ends, rewards, and (time to accuracy) the greedy evaluation, whose time is excluded."""
@@ -155,7 +161,9 @@ def run_trl(spec: dict) -> dict:
         use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, dataloader_num_workers=0,
     )
     clock = Clock()
-    dataset = Dataset.from_list(problems("train"))
+    # TRL tokenizes a string prompt with the tokenizer's call defaults, which add no <bos> here; rlvr
+    # (and the SFT warm start) put <bos> first: write it into the text so that the ids are the same.
+    dataset = Dataset.from_list([{**row, "prompt": tokenizer.bos_token + row["prompt"]} for row in problems("train")])
     trainer = GRPOTrainer(model=model, reward_funcs=exact_answer, args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[clock])
     trainer.train()
@@ -254,7 +262,7 @@ def step_time_benchmark(args, root: Path) -> None:
         for round_ in range(args.rounds):
             order = ("trl", "rlvr") if round_ % 2 == 0 else ("rlvr", "trl")
             for system in order:
-                spec = dict(model=str(model), out=str(root / f"{system}_run"), seed=round_, steps=args.steps,
+                spec = dict(model=str(model), out=str(root / f"{system}_beta{beta:g}_round{round_}"), seed=round_, steps=args.steps,
                             prompts=s["prompts"], group=s["group"], new_tokens=s["new_tokens"], lr=s["lr"],
                             beta=beta, threads=args.threads)
                 result = launch(system, spec, root)
@@ -285,7 +293,7 @@ def time_to_accuracy_benchmark(args, root: Path) -> None:
         model = build_sft_model(root / f"tta_model_{seed}", seed=seed, layers=s["layers"], threads=args.threads)
         for lr in args.lrs:
             for system in ("trl", "rlvr") if seed % 2 == 0 else ("rlvr", "trl"):
-                spec = dict(model=str(model), out=str(root / f"{system}_tta"), seed=seed, steps=args.max_steps,
+                spec = dict(model=str(model), out=str(root / f"{system}_tta_seed{seed}_lr{lr:g}"), seed=seed, steps=args.max_steps,
                             prompts=s["prompts"], group=s["group"], new_tokens=s["new_tokens"], lr=lr, beta=0.04,
                             warmup=25, threads=args.threads, eval_every=s["eval_every"], eval_limit=s["eval_limit"],
                             target=args.target)
