@@ -26,22 +26,9 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
+from benchmarks.vs_trl import build_sft_model  # noqa: E402  (the quickstart's SFT warm start)
+
 RECIPES = {"grpo": "quickstart.yaml", "ppo": "quickstart_ppo.yaml"}
-
-
-def build_sft_model(root: Path, seed: int, threads: int) -> Path:
-    from rlvr import sft
-    from rlvr.config import build_config
-    from rlvr.offline_configs import SFTConfig
-    from rlvr.configs import load_packaged
-    from rlvr.models import build_tiny_model
-
-    build_tiny_model(root / "base_model", seed=seed)
-    config = build_config(SFTConfig, load_packaged("quickstart_sft.yaml"),
-                          [f"out={root / 'sft'}", f"model.path={root / 'base_model'}", f"train.seed={seed}",
-                           f"train.threads={threads}", "log.progress=false"])
-    sft.train(config)
-    return root / "sft" / "final"
 
 
 def stage_command(recipe: str, model: Path, out: Path, seed: int, steps: int, threads: int) -> list[str]:
@@ -64,7 +51,7 @@ def main() -> None:
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="ppo_vs_grpo-"))
     root.mkdir(parents=True, exist_ok=True)
     print(f"[1/2] tiny model + SFT -> {root}", flush=True)
-    model = build_sft_model(root, args.seed, args.threads)
+    model = build_sft_model(root, seed=args.seed, layers=2, threads=args.threads)
 
     print(f"[2/2] GRPO and PPO side by side, {args.steps} steps each, {args.threads} thread(s) each", flush=True)
     started = time.perf_counter()
