@@ -1,6 +1,16 @@
-"""Per-token log-probabilities of completions under a model, computed only where they are needed."""
+"""Per-token log-probabilities of completions under a model, computed only where they are needed.
+
+Rows that share a prompt (the G samples of a group; a DPO pair's chosen and rejected answers) share
+its forward pass: the distinct prompts run once, their key/value cache is indexed out to the rows
+(``index_select``, whose backward sums each row's gradient into its prompt), and only the
+completions run per row. That is the same function of the weights as running every row whole, with
+fewer tokens through the model (:func:`completion_logits`).
+"""
 
 from __future__ import annotations
+
+import functools
+import inspect
 
 import torch
 
@@ -18,20 +28,12 @@ def completion_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(logp [B, T], entropy [B, T] | None)`` of the completion tokens.
 
-    Logits are kept for the last T + 1 positions only (the prompt's logits are never materialised),
+    Logits are kept for the completion's positions only (the prompt's logits are never materialised),
     divided by the sampling temperature so that they match the distribution the engine sampled
     from, and upcast to float32 before the softmax. The entropy carries a gradient only when
     ``entropy_grad`` (an entropy bonus); as a metric it is computed without a graph.
     """
-    position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)  # left padding shifts positions
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        logits_to_keep=completion_len + 1,
-        use_cache=False,
-    )
-    logits = out.logits[:, :-1].float()  # [B, T, V]: position W-1+t predicts completion token t
+    logits = completion_logits(model, input_ids, attention_mask, completion_len).float()  # [B, T, V]
     if temperature != 1.0:
         logits = logits / temperature
     targets = input_ids[:, -completion_len:]
@@ -44,3 +46,64 @@ def completion_logprobs(
         with torch.no_grad():
             entropy = entropy_from_log_probs(log_probs.detach())
     return logp, entropy
+
+
+def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
+    """``[B, T, V]`` logits that predict the T completion tokens (position W - 1 + t predicts token t).
+
+    When some rows share a prompt (same ids, same padding), the distinct prompts run once with a KV
+    cache and the rows' completions run on top of their prompt's cache; otherwise (or where a cache
+    cannot be used: a model training with gradient checkpointing) every row runs whole.
+    """
+    width = input_ids.shape[1] - completion_len
+    prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1)
+    distinct, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)
+    if width == 0 or len(distinct) == len(input_ids) or _checkpointing(model):
+        return _whole_rows(model, input_ids, attention_mask, completion_len)
+    prompt_mask = distinct[:, width:]
+    head = model(input_ids=distinct[:, :width], attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
+                 use_cache=True, logits_to_keep=1)
+    first = head.logits[row_prompt]  # [B, 1, V]: the prompt's last position predicts completion token 0
+    if completion_len == 1:
+        return first
+    cache = getattr(head, "cache", None) or head.past_key_values  # transformers >= 5.24 names it cache
+    cache.reorder_cache(row_prompt)  # [distinct prompts] -> [B] rows; a differentiable index_select
+    # The last completion token predicts nothing that is scored: the tail runs tokens 0 .. T-2.
+    tail_ids = input_ids[:, width : width + completion_len - 1]
+    prompt_len = attention_mask[:, :width].sum(dim=1, keepdim=True)
+    tail_positions = prompt_len + torch.arange(completion_len - 1, device=input_ids.device)
+    tail = model(input_ids=tail_ids, attention_mask=attention_mask[:, : width + completion_len - 1],
+                 position_ids=tail_positions, use_cache=True, **{_cache_argument(model): cache})
+    return torch.cat([first, tail.logits], dim=1)
+
+
+def _whole_rows(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=_positions(attention_mask),
+                logits_to_keep=completion_len + 1, use_cache=False)
+    return out.logits[:, :-1]
+
+
+def _checkpointing(model) -> bool:
+    """A model training with activation checkpointing turns its cache off: it cannot share prompts."""
+    if not model.training:
+        return False
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # the new name, then the old one
+        value = getattr(model, name, None)
+        if value is not None:
+            return bool(value)
+    return False
+
+
+def _cache_argument(model) -> str:
+    """The forward argument that takes a KV cache: ``cache`` since transformers 5.24, else ``past_key_values``."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # through a peft wrapper
+    return _cache_argument_of(type(base))
+
+
+@functools.cache
+def _cache_argument_of(model_class) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    return (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)  # left padding shifts positions

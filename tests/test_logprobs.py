@@ -1,0 +1,106 @@
+"""Completion log-probs with a shared prompt pass equal those of whole rows, values and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlvr.logprobs import _whole_rows, completion_logits, completion_logprobs
+
+
+def _rows(pad_id: int):
+    """Six rows over three prompts of different lengths (left-padded to W=4), completions of
+    lengths 3, 1, 2, 3, 0 and 2 (right-padded to T=3), one prompt holding the pad id itself."""
+    prompts = [[1, 5, 6, 7], [1, 8], [pad_id, 9, 10]]
+    rows = [(0, [11, 12, 2]), (0, [13]), (1, [5, 2]), (1, [6, 7, 8]), (2, []), (2, [12, 2])]
+    width, length = 4, 3
+    ids = torch.full((len(rows), width + length), pad_id)
+    mask = torch.zeros_like(ids)
+    for i, (p, completion) in enumerate(rows):
+        prompt = prompts[p]
+        ids[i, width - len(prompt) : width] = torch.tensor(prompt)
+        ids[i, width : width + len(completion)] = torch.tensor(completion, dtype=torch.long)
+        mask[i, width - len(prompt) : width + len(completion)] = 1
+    response = mask[:, width:].float()
+    return ids, mask, response, length
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model):
+    from rlvr.models import load_policy
+
+    torch.manual_seed(0)
+    model = load_policy(tiny_model)
+    with torch.no_grad():  # a random tiny model's logits are nearly flat: sharpen them
+        for p in model.parameters():
+            p.mul_(3.0)
+    return model.train()
+
+
+def test_shared_prompt_logits_equal_whole_row_logits_where_scored(policy):
+    ids, mask, response, length = _rows(policy.config.pad_token_id)
+    shared = completion_logits(policy, ids, mask, length)
+    whole = _whole_rows(policy, ids, mask, length)
+    assert shared.shape == whole.shape == (len(ids), length, policy.config.vocab_size)
+    scored = response.bool()
+    torch.testing.assert_close(shared[scored], whole[scored], rtol=1e-5, atol=1e-5)
+
+
+def test_a_shared_prompt_gets_the_summed_gradient_of_its_rows(policy):
+    ids, mask, response, length = _rows(policy.config.pad_token_id)
+    weights = torch.linspace(-1.0, 2.0, steps=length * len(ids)).view(len(ids), length)
+
+    def grads(fn):
+        policy.zero_grad()
+        logits = fn(policy, ids, mask, length).float()
+        logp = torch.log_softmax(logits, -1).gather(2, ids[:, -length:, None]).squeeze(-1)
+        (logp * weights * response).sum().backward()
+        return [p.grad.clone() for p in policy.parameters()]
+
+    for shared, whole in zip(grads(completion_logits), grads(_whole_rows)):
+        torch.testing.assert_close(shared, whole, rtol=1e-4, atol=1e-5)
+
+
+def test_one_completion_token_needs_no_second_pass_and_distinct_prompts_run_whole(policy):
+    ids, mask, response, length = _rows(policy.config.pad_token_id)
+    first = completion_logits(policy, ids[:, :-2], mask[:, :-2], 1)  # T = 1: the prompts' last logits only
+    torch.testing.assert_close(first, _whole_rows(policy, ids[:, :-2], mask[:, :-2], 1), rtol=1e-5, atol=1e-5)
+    distinct = torch.tensor([0, 2, 4])  # one row per prompt: nothing to share
+    torch.testing.assert_close(completion_logits(policy, ids[distinct], mask[distinct], length),
+                               _whole_rows(policy, ids[distinct], mask[distinct], length), rtol=0, atol=0)
+
+
+def test_completion_logprobs_with_temperature_and_entropy(policy):
+    ids, mask, response, length = _rows(policy.config.pad_token_id)
+    logp, entropy = completion_logprobs(policy, ids, mask, length, temperature=0.7, with_entropy=True)
+    reference = torch.log_softmax(_whole_rows(policy, ids, mask, length).float() / 0.7, -1)
+    expected = reference.gather(2, ids[:, -length:, None]).squeeze(-1)
+    scored = response.bool()
+    torch.testing.assert_close(logp[scored], expected[scored], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(entropy[scored], -(reference.exp() * reference).sum(-1)[scored], rtol=1e-4, atol=1e-5)
+    assert not entropy.requires_grad and logp.requires_grad
+
+
+def test_a_lora_policy_shares_prompts_too_and_checkpointing_runs_whole_rows(tiny_model):
+    from peft import LoraConfig, get_peft_model
+
+    from rlvr.models import load_policy
+
+    torch.manual_seed(0)
+    lora = get_peft_model(load_policy(tiny_model), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)  # a trained-looking adapter (B starts at 0)
+    ids, mask, response, length = _rows(lora.config.pad_token_id)
+    scored = response.bool()
+    torch.testing.assert_close(completion_logits(lora, ids, mask, length)[scored],
+                               _whole_rows(lora, ids, mask, length)[scored], rtol=1e-5, atol=1e-5)
+    lora.base_model.model.gradient_checkpointing_enable()
+    lora.train()
+    calls = []
+    hook = lora.base_model.model.model.register_forward_pre_hook(lambda module, args, kwargs: calls.append(kwargs["input_ids"].shape),
+                                                                  with_kwargs=True)
+    completion_logits(lora, ids, mask, length)
+    hook.remove()
+    assert calls == [ids.shape]  # one pass over whole rows: a checkpointed model keeps no cache
