@@ -66,14 +66,14 @@ def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     first = head.logits[row_prompt]  # [B, 1, V]: the prompt's last position predicts completion token 0
     if completion_len == 1:
         return first
-    cache = getattr(head, "cache", None) or head.past_key_values  # transformers >= 5.24 names it cache
+    cache = output_cache(head)
     cache.reorder_cache(row_prompt)  # [distinct prompts] -> [B] rows; a differentiable index_select
     # The last completion token predicts nothing that is scored: the tail runs tokens 0 .. T-2.
     tail_ids = input_ids[:, width : width + completion_len - 1]
     prompt_len = attention_mask[:, :width].sum(dim=1, keepdim=True)
     tail_positions = prompt_len + torch.arange(completion_len - 1, device=input_ids.device)
     tail = model(input_ids=tail_ids, attention_mask=attention_mask[:, : width + completion_len - 1],
-                 position_ids=tail_positions, use_cache=True, **{_cache_argument(model): cache})
+                 position_ids=tail_positions, use_cache=True, **{cache_argument(model): cache})
     return torch.cat([first, tail.logits], dim=1)
 
 
@@ -94,7 +94,13 @@ def _checkpointing(model) -> bool:
     return False
 
 
-def _cache_argument(model) -> str:
+def output_cache(output):
+    """The KV cache a forward with ``use_cache=True`` returned (``cache`` since transformers 5.24)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
+
+
+def cache_argument(model) -> str:
     """The forward argument that takes a KV cache: ``cache`` since transformers 5.24, else ``past_key_values``."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # through a peft wrapper
     return _cache_argument_of(type(base))

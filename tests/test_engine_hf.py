@@ -75,3 +75,43 @@ def test_sampling_params_validation():
 def test_unknown_engine_lists_the_valid_ones(engine):
     with pytest.raises(KeyError, match="valid engines: hf"):
         build_engine("sglang", engine.model, engine.tokenizer)
+
+
+@pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (3, 1.0), (0, 0.6), (4, 0.8)])
+def test_sampling_keeps_the_tokens_transformers_warpers_keep(top_k, top_p):
+    """Temperature, then top-k, then top-p, as transformers' generate applies them; the recorded
+    log-prob is the tempered distribution's, before truncation."""
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    from rlvr.engines.hf import sample_next
+
+    torch.manual_seed(0)
+    logits = torch.randn(5, 12)
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(0.7)] + ([TopKLogitsWarper(top_k)] if top_k else [])
+                                  + ([TopPLogitsWarper(top_p)] if top_p < 1 else []))
+    target = warpers(torch.zeros(5, 1, dtype=torch.long), logits.clone()).softmax(-1)  # what generate samples from
+    draws = 4000
+    tokens, logp = sample_next(logits.repeat(draws, 1), SamplingParams(temperature=0.7, top_k=top_k, top_p=top_p))
+    expected = torch.log_softmax(logits / 0.7, -1).repeat(draws, 1).gather(1, tokens[:, None]).squeeze(1)
+    torch.testing.assert_close(logp, expected)
+    rows = torch.arange(5).repeat(draws)
+    frequency = torch.zeros(5, 12).index_put_((rows, tokens), torch.ones(len(tokens)), accumulate=True) / draws
+    assert not ((frequency > 0) & (target == 0)).any()  # never a token the warpers drop
+    assert (frequency - target).abs().max() < 0.03  # 4000 draws: the standard error is at most 0.008
+    if top_k or top_p < 1:
+        assert ((target == 0).sum(1) > 0).all()
+
+
+def test_greedy_decoding_equals_transformers_generate(taught_model):
+    from transformers import GenerationConfig
+
+    tokenizer = load_tokenizer(taught_model)
+    engine = HFEngine(load_policy(taught_model), tokenizer)
+    prompts = _prompts(tokenizer, ["1+2=", "4+4=", "9+9=", "12+3="])
+    ours = engine.generate(prompts, n=1, sampling=SamplingParams(max_new_tokens=4, greedy=True))
+    for prompt, (completion,) in zip(prompts, ours):
+        out = engine.model.generate(input_ids=torch.tensor([prompt]), generation_config=GenerationConfig(
+            max_new_tokens=4, do_sample=False, eos_token_id=engine.eos_ids, pad_token_id=engine.pad_id))
+        theirs = out[0, len(prompt):].tolist()
+        assert completion.token_ids == theirs[: len(completion.token_ids)]
+        assert completion.finish_reason == "length" or theirs[len(completion.token_ids):] in ([], [engine.pad_id] * (len(theirs) - len(completion.token_ids)))

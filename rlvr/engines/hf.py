@@ -1,9 +1,11 @@
-"""The Hugging Face engine: ``transformers`` ``generate`` with a KV cache, sampling in-process.
+"""The Hugging Face engine: the trainer's own policy module decodes with a KV cache, in-process.
 
 It generates with the trainer's own policy module (``weight_sync = "shared"``), so there are no
-weights to push after an update. Per-token log-probabilities are recorded while generating (the full
-tempered distribution's log-softmax at the chosen token) without keeping every step's logits: at
-most one ``[sequences, vocab]`` step is held at a time.
+weights to push after an update. Each distinct prompt is prefilled once and its KV cache indexed out
+to its n samples; then one token per step for every sequence, sampled as ``transformers``'
+``generate`` samples (temperature, then top-k, then top-p), without its per-step machinery. The
+log-probability of each chosen token under the full tempered distribution is recorded as it is
+drawn, keeping no step's logits beyond the current one.
 """
 
 from __future__ import annotations
@@ -14,31 +16,29 @@ from typing import Sequence
 import torch
 
 from rlvr.engines.base import Completion, SamplingParams, eos_token_ids
+from rlvr.logprobs import cache_argument, output_cache
 
 
-class _ChosenTokenLogprobs:
-    """A logits processor that records log p(chosen token) at every step and changes nothing.
-
-    ``generate`` calls it before the temperature/top-k/top-p warpers, so it sees the model's raw
-    logits; the token chosen at step t is visible (as the last input id) at step t + 1.
-    """
-
-    def __init__(self, temperature: float):
-        self.temperature = temperature
-        self.previous: torch.Tensor | None = None  # [N, V] log-softmax of the last step
-        self.chosen: list[torch.Tensor] = []  # per step, [N]
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if self.previous is not None:
-            self.chosen.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1))
-        self.previous = torch.log_softmax(scores.float() / self.temperature, dim=-1)
-        return scores
-
-    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
-        """``[N, T_new]`` log-probabilities once generation is over (``last_tokens [N]``)."""
-        assert self.previous is not None, "generate produced no tokens"
-        self.chosen.append(self.previous.gather(1, last_tokens[:, None]).squeeze(1))
-        return torch.stack(self.chosen, dim=1)
+def sample_next(logits: torch.Tensor, sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tokens [N], logp [N])``: the next token of each row and its log-probability under the
+    tempered distribution (before top-k/top-p truncation: the distribution the policy defines).
+    Greedy takes the argmax, with the untempered log-probability."""
+    scores = logits.float()
+    if sampling.greedy:
+        tokens = scores.argmax(dim=-1)
+        return tokens, torch.log_softmax(scores, dim=-1).gather(1, tokens[:, None]).squeeze(1)
+    scores = scores / sampling.temperature
+    logp = torch.log_softmax(scores, dim=-1)
+    if sampling.top_k and sampling.top_k < scores.shape[-1]:
+        kth = scores.topk(sampling.top_k, dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if sampling.top_p < 1.0:  # keep the most likely tokens up to probability mass top_p (at least one)
+        sorted_scores, order = scores.sort(dim=-1)  # ascending
+        drop = sorted_scores.softmax(dim=-1).cumsum(dim=-1) <= 1 - sampling.top_p
+        drop[:, -1] = False
+        scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    tokens = torch.multinomial(scores.softmax(dim=-1), 1).squeeze(1)
+    return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
 
 
 class HFEngine:
@@ -83,8 +83,6 @@ class HFEngine:
 
     @torch.inference_mode()
     def _generate_chunk(self, prompts: Sequence[Sequence[int]], n: int, sampling: SamplingParams) -> list[list[Completion]]:
-        from transformers import GenerationConfig, LogitsProcessorList
-
         device = next(self.model.parameters()).device
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
@@ -92,33 +90,45 @@ class HFEngine:
         for i, p in enumerate(prompts):  # left padding: every prompt ends at the same column
             input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             attention_mask[i, width - len(p) :] = 1
-        temperature = 1.0 if sampling.greedy else sampling.temperature
-        recorder = _ChosenTokenLogprobs(temperature)
-        config = GenerationConfig(
-            max_new_tokens=sampling.max_new_tokens,
-            do_sample=not sampling.greedy,
-            temperature=temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k,
-            num_return_sequences=n,
-            eos_token_id=self.eos_ids,
-            pad_token_id=self.pad_id,
-            use_cache=True,
-        )
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         was_training = self.model.training
         self.model.eval()
         try:
-            sequences = self.model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attention_mask.to(device),
-                generation_config=config,
-                logits_processor=LogitsProcessorList([recorder]),
-            )
+            tokens, logprobs = self._decode(input_ids, attention_mask, n, sampling)
         finally:
             self.model.train(was_training)
-        new_tokens = sequences[:, width:].cpu()  # [len(prompts) * n, T_new], grouped by prompt
-        logprobs = recorder.finish(sequences[:, -1]).cpu()
-        return self._to_groups(new_tokens, logprobs, len(prompts), n, sampling.max_new_tokens)
+        return self._to_groups(tokens.cpu(), logprobs.cpu(), len(prompts), n, sampling.max_new_tokens)
+
+    def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int,
+                sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tokens, logp)``, each ``[P * n, T_new]`` grouped by prompt; rows that have finished
+        carry the pad id after their end-of-sequence token."""
+        positions = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
+        prefill = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                             use_cache=True, logits_to_keep=1)
+        rows = torch.arange(len(input_ids), device=input_ids.device).repeat_interleave(n)
+        cache = output_cache(prefill)
+        cache.reorder_cache(rows)  # each prompt's cache, once per sample
+        logits = prefill.logits[rows, -1]
+        attention_mask = attention_mask[rows]
+        next_position = positions[rows, -1:] + 1
+        eos = torch.tensor(self.eos_ids, device=input_ids.device)
+        finished = torch.zeros(len(rows), dtype=torch.bool, device=input_ids.device)
+        tokens, logprobs = [], []
+        for step in range(sampling.max_new_tokens):
+            token, logp = sample_next(logits, sampling)
+            token = token.masked_fill(finished, self.pad_id)
+            tokens.append(token)
+            logprobs.append(logp)
+            finished |= torch.isin(token, eos)
+            if step + 1 == sampling.max_new_tokens or bool(finished.all()):
+                break
+            attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
+            out = self.model(input_ids=token[:, None], attention_mask=attention_mask, position_ids=next_position,
+                             use_cache=True, **{cache_argument(self.model): cache})
+            logits = out.logits[:, -1]
+            next_position = next_position + 1
+        return torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)
 
     def _to_groups(self, new_tokens: torch.Tensor, logprobs: torch.Tensor, num_prompts: int, n: int, max_new: int) -> list[list[Completion]]:
         is_eos = torch.isin(new_tokens, torch.tensor(self.eos_ids))
