@@ -301,7 +301,7 @@ def time_to_accuracy_benchmark(args, root: Path) -> None:
                 reached = [e for e in result["evals"] if e["accuracy"] >= args.target]
                 seconds = reached[0]["train_s"] if reached else float("inf")
                 times.setdefault((system, lr), []).append(seconds)
-                curve = " ".join(f"{e['step']}:{e['accuracy']:.2f}" for e in result["evals"][::5])
+                curve = " ".join(f"{e['step']}:{e['accuracy']:.2f}" for e in result["evals"][4::5])
                 print(f"  seed {seed} lr {lr:g} {system:<4}: " + (f"{seconds:6.1f} s (step {reached[0]['step']})"
                       if reached else f"not reached in {args.max_steps} steps") + f"   [{curve}]", flush=True)
     best = {}
@@ -311,7 +311,8 @@ def time_to_accuracy_benchmark(args, root: Path) -> None:
         best[system] = medians[lr]
         print(f"  {system:<4}: best lr {lr:g}, median time to {args.target}: {best[system]:.1f} s "
               f"({', '.join(f'lr {k:g}: {v:.1f} s' for k, v in medians.items())})")
-    print(f"ratio rlvr/trl time to {args.target} accuracy: {best['rlvr'] / best['trl']:.2f}")
+    ratio = f"{best['rlvr'] / best['trl']:.2f}" if max(best.values()) < float("inf") else "n/a (a system never reached it)"
+    print(f"ratio rlvr/trl time to {args.target} accuracy: {ratio}")
 
 
 def main(argv: list[str] | None = None) -> int:
