@@ -133,10 +133,7 @@ def build_optimizer(params, *, lr: float, weight_decay: float, betas: tuple[floa
     params = [p for p in params if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters")
-    # The fused kernel (one pass over every tensor) took 0.64 ms against 2.15 ms per step for the
-    # ~1M-parameter benchmark model on 2 CPU cores; it needs floating-point parameters on CPU or CUDA.
-    fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas, fused=fused or None)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
 
 
 def lr_multiplier(step: int, *, total: int, warmup: int, schedule: str, min_ratio: float) -> float:
