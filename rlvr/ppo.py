@@ -99,8 +99,8 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     states = {"optimizer": optimizer, "scheduler": scheduler, "critic_optimizer": critic_optimizer,
               "critic_scheduler": critic_scheduler, "kl_controller": kl_ctl, "sampler": sampler, "alarms": alarms,
               **({"reward_model": scorer} if scorer else {})}
+    seed_ranks(t.seed, dist)  # before a resume, whose restored per-rank RNG state must win
     start_step, wall_before, evaluations = resume_or_start(config, run_dir, checkpoint, states, tracker, dist, sampler)
-    seed_ranks(t.seed, dist)
     started = time.perf_counter()
     if start_step == 0 and config.eval.at_start and eval_suites and dist.is_main:
         evaluations[0] = _evaluate(engine, encode, eval_suites, runner, config)
