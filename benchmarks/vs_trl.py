@@ -78,29 +78,29 @@ def build_sft_model(root: Path, seed: int, layers: int, threads: int) -> Path:
     return root / "sft" / "final"
 
 
-def problems(split: str, limit: int | None = None) -> list[dict]:
+def problems(split: str) -> list[dict]:
     """The task's problems as raw prompt strings (what a run with no chat template feeds the model)."""
     from rlvr.tasks import get_task
 
-    rows = [{"prompt": p.prompt[-1]["content"], "answer": str(p.reference["answer"])}
+    return [{"prompt": p.prompt[-1]["content"], "answer": str(p.reference["answer"])}
             for p in get_task("arithmetic", split=split, **TASK_OPTIONS)]
-    return rows[:limit] if limit else rows
 
 
-def greedy_accuracy(model, tokenizer, rows: list[dict], max_new_tokens: int) -> float:
-    """Greedy accuracy of ``model`` on ``rows`` with rlvr's HF engine and ``numeric`` verifier: the one
-    measurement both systems' runs are judged by."""
+def greedy_accuracy(model, tokenizer, limit: int, max_new_tokens: int) -> float:
+    """Greedy accuracy of ``model`` on the first ``limit`` test problems, by ``rlvr.evaluate.evaluate``
+    (the HF engine, each problem's ``numeric`` verifier): what an rlvr run's ``eval/accuracy`` is."""
     from rlvr.chat import encode_prompts
     from rlvr.engines.base import SamplingParams
     from rlvr.engines.hf import HFEngine
-    from rlvr.verifiers import get_verifier
+    from rlvr.evaluate import evaluate
+    from rlvr.tasks import get_task
+    from rlvr.verifiers.runner import VerifierRunner
 
-    engine = HFEngine(model, tokenizer)
-    verifier = get_verifier("numeric")
-    ids = encode_prompts(tokenizer, [[{"role": "user", "content": r["prompt"]}] for r in rows])
-    groups = engine.generate(ids, 1, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
-    right = [verifier.score(g[0].text, {"answer": r["answer"]}).score == 1.0 for g, r in zip(groups, rows)]
-    return sum(right) / len(right)
+    test = list(get_task("arithmetic", split="test", **TASK_OPTIONS))[:limit]
+    with VerifierRunner(workers=0) as runner:
+        result = evaluate(HFEngine(model, tokenizer), lambda p: encode_prompts(tokenizer, [p.prompt])[0], test, runner,
+                          sampling=SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
+    return result.accuracy
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,13 +114,11 @@ def run_trl(spec: dict) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from rlvr.verifiers import get_verifier
+
     torch.set_num_threads(spec["threads"])
     model = AutoModelForCausalLM.from_pretrained(spec["model"])
     tokenizer = AutoTokenizer.from_pretrained(spec["model"])
-    eval_rows = problems("test", spec["eval_limit"]) if spec.get("eval_every") else []
-
-    from rlvr.verifiers import get_verifier
-
     numeric = get_verifier("numeric")
 
     def exact_answer(completions, answer, **_):  # rlvr's own reward for the task, in TRL's process
@@ -137,7 +135,7 @@ def run_trl(spec: dict) -> dict:
             self.ends.append(time.perf_counter() - self.eval_s)
             if spec.get("eval_every") and state.global_step % spec["eval_every"] == 0:
                 start = time.perf_counter()
-                accuracy = greedy_accuracy(kwargs["model"], tokenizer, eval_rows, spec["new_tokens"])
+                accuracy = greedy_accuracy(kwargs["model"], tokenizer, spec["eval_limit"], spec["new_tokens"])
                 self.evals.append({"step": state.global_step, "accuracy": accuracy, "train_s": self.ends[-1] - self.ends_0})
                 self.eval_s += time.perf_counter() - start
                 if accuracy >= spec["target"]:

@@ -63,7 +63,7 @@ def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     if width == 0 or 4 * len(distinct) > 3 * len(input_ids) or _checkpointing(model):
         return _whole_rows(model, input_ids, attention_mask, completion_len)
     prompt_mask = distinct[:, width:]
-    head = model(input_ids=distinct[:, :width], attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
+    head = model(input_ids=distinct[:, :width], attention_mask=prompt_mask, position_ids=position_ids(prompt_mask),
                  use_cache=True, logits_to_keep=1)
     first = head.logits[row_prompt]  # [B, 1, V]: the prompt's last position predicts completion token 0
     if completion_len == 1:
@@ -80,7 +80,7 @@ def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
 
 
 def _whole_rows(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=_positions(attention_mask),
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
                 logits_to_keep=completion_len + 1, use_cache=False)
     return out.logits[:, :-1]
 
@@ -113,5 +113,6 @@ def _cache_argument_of(model_class) -> str:
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
-def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions of left-padded rows: each row's first real token is position 0."""
     return (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)  # left padding shifts positions

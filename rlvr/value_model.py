@@ -29,6 +29,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from rlvr.logprobs import position_ids
 from rlvr.models import check_model_folder, is_lora, resolve_dtype
 
 VALUE_ADAPTER = "value"
@@ -82,8 +83,7 @@ class ValueModel(nn.Module):
         last real completion token), for bootstrapping a truncated response's return.
         """
         T = completion_len
-        position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)  # as completion_logprobs
-        hidden = self._run_body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+        hidden = self._run_body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
                                 use_cache=False)  # [B, W + T, H]
         states = hidden[:, -(T + 1):]  # [B, T + 1, H]: index t is the position that predicts token t
         v_all = self.head(states.float()).squeeze(-1)  # [B, T + 1]

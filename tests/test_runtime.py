@@ -62,4 +62,3 @@ def test_rng_state_round_trip():
     runtime.set_rng_state(state)
     b = (random.random(), torch.rand(3))
     assert a[0] == b[0] and torch.equal(a[1], b[1])
-

@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from rlvr.engines.base import Completion, SamplingParams, eos_token_ids
-from rlvr.logprobs import cache_argument, output_cache
+from rlvr.logprobs import cache_argument, output_cache, position_ids
 
 
 def sample_next(logits: torch.Tensor, sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,7 +103,7 @@ class HFEngine:
                 sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
         """``(tokens, logp)``, each ``[P * n, T_new]`` grouped by prompt; rows that have finished
         carry the pad id after their end-of-sequence token."""
-        positions = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
+        positions = position_ids(attention_mask)
         prefill = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
                              use_cache=True, logits_to_keep=1)
         rows = torch.arange(len(input_ids), device=input_ids.device).repeat_interleave(n)
