@@ -121,6 +121,14 @@ class VerifierConfig(Section):
         None, ge=0, description="verifier worker processes, each item under a hard deadline; null = one per core "
         "(at most 4); 0 = score in the trainer process, without a deadline (only for cheap, trusted verifiers)")
     timeout_s: float = Field(10.0, gt=0, description="hard deadline per item, in seconds (with worker processes)")
+    backend: Literal["local", "ray"] = Field(
+        "local", description="where verifier workers run: local (processes on this machine) or ray (Ray actors "
+        "across a cluster, same deadline and statuses; an actor lost under an item retries it; needs the [ray] "
+        "extra). With ray, workers null = one actor per ray_num_cpus CPUs of the cluster")
+    ray_address: Optional[str] = Field(
+        None, description="Ray cluster to join (e.g. auto, ray://head:10001); null = RAY_ADDRESS or a running "
+        "`ray start`, else a local Ray for this run")
+    ray_num_cpus: float = Field(1.0, gt=0, description="CPUs Ray reserves for each verifier actor")
     on_failure: Literal["mask", "zero"] = Field(
         "mask", description="samples whose verification timed out or errored: masked out of the loss, or scored 0"
     )
@@ -133,6 +141,9 @@ class VerifierConfig(Section):
 
     @model_validator(mode="after")
     def _known_verifier_and_options(self) -> "VerifierConfig":
+        if self.backend == "ray" and self.workers == 0:
+            raise FieldError("workers", "workers 0 scores in the trainer process, which the ray backend cannot do: "
+                             "use workers >= 1 or null (one actor per CPU of the cluster), or backend local")
         if self.name is None:
             if self.options:
                 raise FieldError("options", "options need a verifier.name (with name null, each problem is "

@@ -27,14 +27,13 @@ from rlvr.progress import make_progress
 from rlvr.reward_scoring import build_reward_scorer
 from rlvr.ranks import (open_tracker, reduce_metrics, replica_check, resume_or_start, save_run_checkpoint, seed_ranks,
                         start_run)
-from rlvr.rollout import ProblemSampler, RankSampler, collate, collect_groups, sample_tensors
+from rlvr.rollout import ProblemSampler, RankSampler, collate, collect_groups, sample_tensors, verifier_runner
 from rlvr.runtime import optimizer_from_config
 from rlvr.step_metrics import progress_postfix, run_summary, step_metrics
 from rlvr.suites import (PromptEncoder, announce_suites, check_verifiers, drop_overlong_prompts, load_eval_suites,
                          load_training_suites)
 from rlvr.tracking import Alarms, VerifierErrors, plot_metrics
 from rlvr.update import UpdateSettings, no_grad_logprobs, reference_logprobs, update_policy
-from rlvr.verifiers.runner import VerifierRunner
 from rlvr.weight_sync import start_engine
 
 
@@ -55,7 +54,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                     [p for problems in [*suites.values(), *eval_suites.values()] for p in problems])
     if dist.is_main:
         announce_suites(config, suites, eval_suites)  # verifier, instruction, chat template of each suite
-    runner = VerifierRunner(workers=config.verifier.workers, timeout_s=config.verifier.timeout_s)
+    runner = verifier_runner(config.verifier)
 
     # ---- models, engine, optimizer, logging --------------------------------------------------
     tokenizer = load_tokenizer(config.model.path)

@@ -35,7 +35,7 @@ from rlvr.progress import make_progress
 from rlvr.reward_scoring import build_reward_scorer
 from rlvr.ranks import (open_tracker, reduce_metrics, replica_check, resume_or_start, save_run_checkpoint, seed_ranks,
                         start_run)
-from rlvr.rollout import Batch, ProblemSampler, RankSampler, collate, collect_groups, sample_tensors
+from rlvr.rollout import Batch, ProblemSampler, RankSampler, collate, collect_groups, sample_tensors, verifier_runner
 from rlvr.runtime import Distributed, optimizer_from_config
 from rlvr.step_metrics import progress_postfix, run_summary, step_metrics
 from rlvr.suites import (PromptEncoder, announce_suites, check_verifiers, drop_overlong_prompts, load_eval_suites,
@@ -44,7 +44,6 @@ from rlvr.tracking import PLOT_PANELS, Alarms, VerifierErrors, plot_metrics
 from rlvr.update import (Mismatch, TokenMeans, UpdateSettings, global_counts, masked_mean, no_grad_logprobs,
                          old_logprobs, policy_terms, reference_logprobs, rows_with_gradient)
 from rlvr.value_model import ValueModel, build_critic, policy_parameters
-from rlvr.verifiers.runner import VerifierRunner
 from rlvr.weight_sync import start_engine
 
 PPO_PANELS = PLOT_PANELS + [
@@ -71,7 +70,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                     [p for problems in [*suites.values(), *eval_suites.values()] for p in problems])
     if dist.is_main:
         announce_suites(config, suites, eval_suites)  # verifier, instruction, chat template of each suite
-    runner = VerifierRunner(workers=config.verifier.workers, timeout_s=config.verifier.timeout_s)
+    runner = verifier_runner(config.verifier)
 
     # ---- policy, critic, engine, optimizers, logging -----------------------------------------
     tokenizer = load_tokenizer(config.model.path)

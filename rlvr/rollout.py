@@ -165,6 +165,12 @@ def has_signal(rewards: Sequence[Reward]) -> bool:
     return len(scores) > 1 and max(scores) - min(scores) > SIGNAL_EPS
 
 
+def verifier_runner(section: Any) -> VerifierRunner:
+    """The runner a run's ``verifier:`` config section describes (local processes or Ray actors)."""
+    return VerifierRunner(workers=section.workers, timeout_s=section.timeout_s, backend=section.backend,
+                          ray_address=section.ray_address, ray_num_cpus=section.ray_num_cpus)
+
+
 def score_groups(runner: VerifierRunner, groups: list[Group], verifier: str | None, options: dict | None) -> None:
     """Fill ``group.rewards`` (see :func:`verify_groups`)."""
     for group, rewards in zip(groups, verify_groups(runner, groups, verifier, options)):

@@ -21,6 +21,16 @@ def data_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray shared by every test that needs one; skipped where Ray is not installed. It claims 8
+    logical CPUs (on any machine) so that the tests' runners, each holding actors of 1 CPU, fit side by side."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
+    ray.init(num_cpus=8, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """A randomly initialised tiny Llama with a character tokenizer, saved like a hub model."""
     from rlvr.models import build_tiny_model

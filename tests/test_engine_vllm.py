@@ -282,3 +282,27 @@ def test_rlvr_eval_with_the_vllm_engine_agrees_with_hf_on_greedy_decoding(vllm_m
                      "--engine", engine, "--out", str(out)]) == 0
         summaries[engine] = json.loads((out / "summary.json").read_text())
     assert summaries["vllm"]["accuracy"] == summaries["hf"]["accuracy"]  # same model, same argmax tokens
+
+
+def test_two_ranks_under_torchrun_each_run_their_own_vllm_engine(vllm_model, tmp_path):
+    """Each rank's in-process engine joins the trainer's process group as external data parallel
+    (tensor parallel size 1); vLLM's shutdown must leave that group to the trainer, whose collectives
+    (the replica check) come after the engine is closed."""
+    from test_data_parallel import _raw, _torchrun
+
+    raw = _raw(vllm_model, tmp_path / "run", steps=2)
+    raw["engine"] = {"name": "vllm", "max_batch_size": 16}
+    done = _torchrun(tmp_path, raw)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["steps"] == 2 and len(set(summary["replicas"]["weights_checksums"])) == 1
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["sync/canary_max_abs_diff"] < 1e-4 for r in records if r["step"] > 0)
+
+
+def test_tensor_parallel_engines_are_refused_under_several_ranks(full, monkeypatch):
+    policy, tokenizer = full[0], full[1]
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
+    with pytest.raises(ValueError, match="tensor_parallel_size must be 1 under torchrun"):
+        build_engine("vllm", policy, tokenizer, tensor_parallel_size=2)

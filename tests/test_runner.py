@@ -1,4 +1,7 @@
-"""VerifierRunner: process pool, hard deadline, crashes, threads, cache, metrics, fallbacks."""
+"""VerifierRunner: process pool, hard deadline, crashes, threads, cache, metrics, fallbacks.
+
+The tests that take the ``runner`` fixture run twice: on local worker processes and on Ray actors
+(``verifier.backend: ray``; skipped where Ray is not installed)."""
 
 from __future__ import annotations
 
@@ -67,10 +70,16 @@ def worker_pids() -> set[int]:
     return pids
 
 
-@pytest.fixture(scope="module")
-def runner():
-    with VerifierRunner(workers=2, timeout_s=1.0) as r:
+@pytest.fixture(scope="module", params=["local", pytest.param("ray", marks=pytest.mark.ray)])
+def runner(request):
+    if request.param == "ray":
+        request.getfixturevalue("ray_cluster")
+    with VerifierRunner(workers=2, timeout_s=1.0, backend=request.param) as r:
         yield r
+
+
+def live_workers(runner: VerifierRunner) -> int:
+    return len(worker_pids()) if runner.backend == "local" else runner._pool.alive()
 
 
 def test_results_in_order_with_each_failure_kind(runner):
@@ -78,12 +87,13 @@ def test_results_in_order_with_each_failure_kind(runner):
     start = time.perf_counter()
     rewards = runner.score_batch("test_behaviour", items, [{"answer": "a"}] * len(items))
     elapsed = time.perf_counter() - start
-    assert [r.status for r in rewards] == ["ok", "timeout", "ok", "error", "error", "ok", "abstain", "ok"]
+    assert [r.status for r in rewards] == ["ok", "timeout", "ok", "error", "error", "ok", "abstain", "ok"], \
+        [r.info for r in rewards]
     assert [r.score for r in rewards] == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
     assert rewards[1].latency_s == pytest.approx(1.0) and "deadline" in rewards[1].info["error"]
     assert "died" in rewards[3].info["error"] and "boom" in rewards[4].info["error"]
     assert elapsed < 8
-    assert len(worker_pids()) == 2  # killed workers were replaced, none leaked
+    assert live_workers(runner) == 2  # killed workers were replaced, none leaked
 
 
 def test_deadline_holds_when_called_from_threads(runner):

