@@ -10,6 +10,10 @@ The reference is the starting model: with LoRA, the same network with its adapte
 with full fine-tuning, a frozen copy loaded from ``model.path`` (:class:`rlvr.models.Reference`).
 ``dpo.nll_coef`` adds the chosen completion's NLL per token (RPO), which keeps the chosen
 log-probabilities from falling with the rejected ones, DPO's known failure on verifiable tasks.
+
+Under ``torchrun`` each rank takes every world-size-th pair of each optimizer step's batch (the loss
+weighted by its share of the global batch) and the gradients are summed across ranks before the
+step; rank 0 alone evaluates and writes the run folder (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ from rlvr.models import Reference, context_length, load_policy, load_tokenizer, 
 from rlvr.preferences import TokenizedPair, load_preference_data, tokenize_pairs
 from rlvr.progress import make_progress
 from rlvr.reward_model import batch_indices, collate_completions
-from rlvr.runtime import begin_run, optimizer_from_config
+from rlvr.ranks import join_run, open_tracker, rank_share, replica_check, sum_over_ranks
+from rlvr.runtime import optimizer_from_config
 from rlvr.suites import PromptEncoder, load_suite
-from rlvr.tracking import Tracker, plot_metrics
+from rlvr.tracking import plot_metrics
 from rlvr.verifiers.runner import VerifierRunner
 
 PANELS = [
@@ -88,16 +93,19 @@ def evaluate_pairs(policy, reference: Reference, pairs: Sequence[TokenizedPair],
 def train(config: DPOConfig, *, overwrite: bool = False) -> dict[str, Any]:
     """Offline DPO on preference pairs; see the module docstring. ``overwrite`` replaces a run already
     in ``config.out``."""
-    config, run_dir, device = begin_run(config, "dpo", overwrite=overwrite)
+    config, run_dir, dist = join_run(config, "dpo", overwrite=overwrite)
+    device = dist.device
     train_pairs, eval_pairs = load_preference_data(config.data, config.train.seed)  # bad data fails before any model
     ev, d, t = config.eval, config.dpo, config.train
     problems = load_suite(ev.task, path=ev.path, split=ev.split, options=ev.options, limit=ev.limit) if ev.task else []
-    save_config(config, run_dir / "config.yaml")
+    if dist.is_main:
+        save_config(config, run_dir / "config.yaml")
     tokenizer = load_tokenizer(config.model.path)
     max_length = config.data.max_length or context_length(config.model.path)
     train_data = tokenize_pairs(tokenizer, train_pairs, max_length, "data.path")
     eval_data = tokenize_pairs(tokenizer, eval_pairs, max_length, "held-out pairs")
-    print(f"{len(train_data)} training pairs, {len(eval_data)} held-out pairs", flush=True)
+    if dist.is_main:
+        print(f"{len(train_data)} training pairs, {len(eval_data)} held-out pairs", flush=True)
     lora = config.model.lora.model_dump() if config.model.lora is not None else None
     policy = load_policy(config.model.path, dtype=config.model.dtype, device=str(device), lora=lora,
                          gradient_checkpointing=config.model.gradient_checkpointing)
@@ -105,13 +113,15 @@ def train(config: DPOConfig, *, overwrite: bool = False) -> dict[str, Any]:
     pad_id = tokenizer.pad_token_id
     total_steps = max(1, math.ceil(t.epochs * len(train_data) / t.batch_size))
     optimizer, scheduler = optimizer_from_config(policy.parameters(), config.optim, total_steps)
-    tracker = Tracker.for_run(run_dir, config)
+    tracker = open_tracker(config, run_dir, dist)
     engine, encode = HFEngine(policy, tokenizer), PromptEncoder(tokenizer)
-    runner = VerifierRunner() if problems else None
+    runner = VerifierRunner() if problems and dist.is_main else None
     started = time.perf_counter()
 
     def measure() -> dict[str, float]:
-        """Held-out implicit accuracy / margin / loss, and greedy gold accuracy on the eval suite."""
+        """Held-out implicit accuracy / margin / loss, and greedy gold accuracy on the eval suite (rank 0)."""
+        if not dist.is_main:
+            return {}
         out = {f"eval/{k}": v for k, v in evaluate_pairs(policy, reference, eval_data, pad_id, d, ev.batch_size).items()} \
             if eval_data else {}
         if problems:
@@ -121,20 +131,23 @@ def train(config: DPOConfig, *, overwrite: bool = False) -> dict[str, Any]:
 
     before = measure()
     tracker.log(0, before)
-    if "eval/gold_accuracy" in before:
+    if dist.is_main and "eval/gold_accuracy" in before:
         print(f"greedy gold accuracy before DPO: {before['eval/gold_accuracy']:.3f}", flush=True)
-    progress = make_progress(total_steps, "dpo", enabled=config.log.progress)
+    progress = make_progress(total_steps, "dpo", enabled=config.log.progress and dist.is_main)
     for step in range(1, total_steps + 1):
         # ---- one optimizer step over batch_size pairs, in micro-batches --------------------
         picked = [train_data[i] for i in batch_indices(step, t.batch_size, len(train_data), t.seed)]
+        mine = rank_share(picked, dist)
         optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
-        for start in range(0, len(picked), t.micro_batch_size):
-            mb = picked[start : start + t.micro_batch_size]
+        for start in range(0, len(mine), t.micro_batch_size):
+            mb = mine[start : start + t.micro_batch_size]
             loss, stats = pair_loss(policy, reference, mb, pad_id, d)
-            (loss * len(mb) / len(picked)).backward()  # the mean over the whole batch
+            (loss * len(mb) / len(picked)).backward()  # the mean over the whole (all ranks') batch
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + value * len(mb) / len(picked)
+        dist.sum_gradients([p for p in policy.parameters() if p.requires_grad])
+        sums = sum_over_ranks(sums, dist)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), config.optim.grad_clip))
         optimizer.step()
         scheduler.step()
@@ -154,11 +167,14 @@ def train(config: DPOConfig, *, overwrite: bool = False) -> dict[str, Any]:
     # ---- final evaluation, model, summary ------------------------------------------------------
     after = measure()
     tracker.log(total_steps, after)
-    on_train = evaluate_pairs(policy, reference, train_data, pad_id, d, ev.batch_size)
+    replicas = replica_check(dist, policy)
     if runner is not None:
         runner.close()
-    final = save_final_model(policy, tokenizer, run_dir / "final")
     tracker.close()
+    if not dist.is_main:
+        return {"steps": total_steps, "rank": dist.rank}
+    on_train = evaluate_pairs(policy, reference, train_data, pad_id, d, ev.batch_size)
+    final = save_final_model(policy, tokenizer, run_dir / "final")
     if config.log.plot:
         plot_metrics(tracker.path, run_dir / "metrics.png", title=f"DPO {run_dir}", panels=PANELS)
     summary = {
@@ -168,6 +184,7 @@ def train(config: DPOConfig, *, overwrite: bool = False) -> dict[str, Any]:
         "logp_chosen_before": before.get("eval/logp_chosen"), "logp_chosen_after": after.get("eval/logp_chosen"),
         "gold_accuracy_before": before.get("eval/gold_accuracy"), "gold_accuracy_after": after.get("eval/gold_accuracy"),
         "wall_s": time.perf_counter() - started, "model": str(final),
+        **({"replicas": replicas} if replicas else {}),
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

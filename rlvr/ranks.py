@@ -35,13 +35,23 @@ MAX_PREFIXES = ("time/",)
 def start_run(config, *, resume: bool, overwrite: bool):
     """Join the ranks, check the config fits them, prepare the run folder on rank 0 (its path goes to
     every rank), seed and set threads; returns ``(config, run_dir, dist, checkpoint or None)``."""
+    config, run_dir, dist = join_run(config, config.algorithm.preset, resume=resume, overwrite=overwrite,
+                                     check=lambda world_size: check_world_size(config, world_size))
+    return config, run_dir, dist, resume_checkpoint(run_dir) if resume else None
+
+
+def join_run(config, name: str, *, resume: bool = False, overwrite: bool = False, check=None):
+    """The start every recipe shares, on one process or under torchrun: join the ranks, ``check`` the
+    world size, prepare the run folder (``config.out`` or ``runs/<name>-<timestamp>``) on rank 0 and
+    broadcast its path, seed, set threads. Returns ``(config with out set, run_dir, dist)``."""
     quiet_transformers()
     dist = init_distributed(config.train.device)
-    check_world_size(config, dist.world_size)
+    if check is not None:
+        check(dist.world_size)
     error, run_dir = None, None
     if dist.is_main:
         try:
-            run_dir = prepare_run_folder(config.out, name=config.algorithm.preset, resume=resume, overwrite=overwrite)
+            run_dir = prepare_run_folder(config.out, name=name, resume=resume, overwrite=overwrite)
         except RunFolderError as exc:
             error = str(exc)
     error, run_dir = dist.broadcast((error, run_dir))
@@ -53,7 +63,25 @@ def start_run(config, *, resume: bool, overwrite: bool):
         print(f"run folder: {run_dir}" + (" (resuming)" if resume else "") + ranks, flush=True)
     seed_everything(config.train.seed)  # the same on every rank until the models are built
     set_threads(config.train.threads)
-    return config, Path(run_dir), dist, resume_checkpoint(run_dir) if resume else None
+    return config, Path(run_dir), dist
+
+
+def rank_share(items: list, dist: Distributed) -> list:
+    """This rank's part of an optimizer step's batch (every world-size-th item from its rank on): the
+    offline recipes' data split, a pure function of the global batch."""
+    return items[dist.rank :: dist.world_size]
+
+
+def sum_over_ranks(values: dict[str, float], dist: Distributed) -> dict[str, float]:
+    """Each key added over the ranks that hold it (one collective): the offline recipes' step stats,
+    each rank's part already weighted by its share of the global batch."""
+    if dist.world_size == 1:
+        return values
+    out: dict[str, float] = {}
+    for part in dist.gather(values):
+        for key, value in part.items():
+            out[key] = out.get(key, 0.0) + value
+    return out
 
 
 def check_world_size(config, world_size: int) -> None:

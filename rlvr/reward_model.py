@@ -14,6 +14,10 @@ Two heads (config ``head``) give the scalar r(x, y):
   Bradley-Terry training sharpens it. ``final/`` is a causal-LM folder.
 
 ``final/reward_model.json`` names the head, so :class:`RewardModel` scores either kind the same way.
+
+Under ``torchrun`` each rank scores every world-size-th pair of each optimizer step's batch (the loss
+weighted by its share of the global batch), gradients are summed across ranks before the step, and
+rank 0 alone evaluates, checkpoints and writes the run folder (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ from rlvr.logprobs import completion_logprobs
 from rlvr.models import check_model_folder, context_length, is_lora, load_policy, load_tokenizer, resolve_dtype
 from rlvr.preferences import TokenizedPair, load_preference_data, tokenize_pairs
 from rlvr.progress import make_progress
-from rlvr.runtime import begin_run, optimizer_from_config
-from rlvr.tracking import Tracker, plot_metrics
+from rlvr.ranks import join_run, open_tracker, rank_share, replica_check, sum_over_ranks
+from rlvr.runtime import optimizer_from_config
+from rlvr.tracking import plot_metrics
 
 HEAD_FILE = "reward_model.json"
 PANELS = [
@@ -214,44 +219,51 @@ def batch_indices(step: int, batch_size: int, n: int, seed: int) -> list[int]:
 def train(config: RewardModelConfig, *, overwrite: bool = False, resume: bool = False) -> dict[str, Any]:
     """Train a Bradley-Terry reward model; see the module docstring. ``resume`` continues from the run's
     latest checkpoint, ``overwrite`` replaces a run already in ``config.out``."""
-    config, run_dir, device = begin_run(config, "rm", resume=resume, overwrite=overwrite)
+    config, run_dir, dist = join_run(config, "rm", resume=resume, overwrite=overwrite)
+    device, main = dist.device, dist.is_main  # rank 0 alone evaluates and writes (docs/scaling.md)
     train_pairs, eval_pairs = load_preference_data(config.data, config.train.seed)  # bad data fails before any model
-    save_config(config, run_dir / "config.yaml")
+    if main:
+        save_config(config, run_dir / "config.yaml")
     tokenizer = load_tokenizer(config.model.path)
     max_length = config.data.max_length or context_length(config.model.path)
     train_data = tokenize_pairs(tokenizer, train_pairs, max_length, "data.path")
     eval_data = tokenize_pairs(tokenizer, eval_pairs, max_length, "held-out pairs")
-    print(f"{len(train_data)} training pairs, {len(eval_data)} held-out pairs; head: {config.head}", flush=True)
+    if main:
+        print(f"{len(train_data)} training pairs, {len(eval_data)} held-out pairs; head: {config.head}", flush=True)
     checkpoint = resume_checkpoint(run_dir) if resume else None
     model = load_reward_backbone(config, tokenizer, str(device), checkpoint / "model" if checkpoint else None)
     score = HEADS[config.head]
     pad_id, t, margin = tokenizer.pad_token_id, config.train, config.loss.margin
     total_steps = max(1, math.ceil(t.epochs * len(train_data) / t.batch_size))
     optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, total_steps)
-    tracker = Tracker.for_run(run_dir, config)
+    tracker = open_tracker(config, run_dir, dist)
     first_step, started, before = 1, time.perf_counter(), None
     if checkpoint is not None:
         state = restore_states(checkpoint, {"optimizer": optimizer, "scheduler": scheduler})
         first_step, before = state["step"] + 1, state.get("eval_before")
         tracker.truncate(state["step"])
-        print(f"resumed from {checkpoint} (step {state['step']})", flush=True)
-    elif eval_data:
+        if main:
+            print(f"resumed from {checkpoint} (step {state['step']})", flush=True)
+    elif eval_data and main:
         before = evaluate_pairs(model, config.head, eval_data, pad_id, config.eval.batch_size, margin)
         tracker.log(0, {f"eval/{k}": v for k, v in before.items()})
         print(f"held-out pairwise accuracy before training: {before['pairwise_accuracy']:.3f}", flush=True)
-    progress = make_progress(total_steps, "train-rm", initial=first_step - 1, enabled=config.log.progress)
+    progress = make_progress(total_steps, "train-rm", initial=first_step - 1, enabled=config.log.progress and main)
     for step in range(first_step, total_steps + 1):
         # ---- one optimizer step: Bradley-Terry loss over batch_size pairs, in micro-batches ----
         picked = [train_data[i] for i in batch_indices(step, t.batch_size, len(train_data), t.seed)]
+        mine = rank_share(picked, dist)
         optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
-        for start in range(0, len(picked), t.micro_batch_size):
-            mb = picked[start : start + t.micro_batch_size]
+        for start in range(0, len(mine), t.micro_batch_size):
+            mb = mine[start : start + t.micro_batch_size]
             r = score(model, [p.prompt for p in mb] * 2, [p.chosen for p in mb] + [p.rejected for p in mb], pad_id)  # [2b]
             loss, stats = bradley_terry_loss(r[: len(mb)], r[len(mb) :], margin or None, config.loss.center_coef)
-            (loss * len(mb) / len(picked)).backward()  # the mean over the whole batch
+            (loss * len(mb) / len(picked)).backward()  # the mean over the whole (all ranks') batch
             for key, value in {"loss": loss.item(), **stats}.items():
                 sums[key] = sums.get(key, 0.0) + value * len(mb) / len(picked)
+        dist.sum_gradients([p for p in model.parameters() if p.requires_grad])
+        sums = sum_over_ranks(sums, dist)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip))
         optimizer.step()
         scheduler.step()
@@ -259,14 +271,14 @@ def train(config: RewardModelConfig, *, overwrite: bool = False, resume: bool = 
         metrics.update({"train/grad_norm": grad_norm, "train/lr": scheduler.get_last_lr()[0]})
 
         # ---- held-out pairs, checkpoint ----------------------------------------------------
-        if eval_data and config.eval.every and step % config.eval.every == 0 and step != total_steps:
+        if main and eval_data and config.eval.every and step % config.eval.every == 0 and step != total_steps:
             held = evaluate_pairs(model, config.head, eval_data, pad_id, config.eval.batch_size, margin)
             metrics.update({f"eval/{k}": v for k, v in held.items()})
         tracker.log(step, metrics)
         if progress is not None:
             progress.set_postfix(loss=f"{sums['loss']:.3f}", acc=f"{sums['pairwise_accuracy']:.2f}")
             progress.update(1)
-        if config.checkpoint.every and step % config.checkpoint.every == 0 and step != total_steps:
+        if main and config.checkpoint.every and step % config.checkpoint.every == 0 and step != total_steps:
             save_checkpoint(run_dir, step, models={"policy": model}, tokenizer=tokenizer,
                             states={"optimizer": optimizer, "scheduler": scheduler},
                             extra={"eval_before": before}, keep=config.checkpoint.keep)
@@ -274,6 +286,10 @@ def train(config: RewardModelConfig, *, overwrite: bool = False, resume: bool = 
         progress.close()
 
     # ---- final evaluation, model, summary ------------------------------------------------------
+    replicas = replica_check(dist, model)
+    if not main:
+        tracker.close()
+        return {"steps": total_steps, "rank": dist.rank}
     after = evaluate_pairs(model, config.head, eval_data, pad_id, config.eval.batch_size, margin) if eval_data else None
     if after is not None:
         tracker.log(total_steps, {f"eval/{k}": v for k, v in after.items()})
@@ -291,6 +307,7 @@ def train(config: RewardModelConfig, *, overwrite: bool = False, resume: bool = 
         "margin": after["margin"] if after else None, "eval_loss": after["loss"] if after else None,
         "pairwise_accuracy_before": before["pairwise_accuracy"] if before else None,
         "wall_s": time.perf_counter() - started, "model": str(final) if final else None,
+        **({"replicas": replicas} if replicas else {}),
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

@@ -167,9 +167,10 @@ def optimizer_from_config(params, optim, total: int, *, lr: float | None = None,
 
 
 def begin_run(config, name: str, *, resume: bool = False, overwrite: bool = False):
-    """The start every single-process recipe shares (SFT, reward model, DPO): quiet transformers, the
-    device, the run folder (``config.out`` or a new ``runs/<name>-<timestamp>``), seeds, threads.
-    Returns ``(config with out set, run_dir, device)``. The RL recipes start through ``rlvr.ranks``."""
+    """The start of the single-process recipe (SFT): quiet transformers, the device, the run folder
+    (``config.out`` or a new ``runs/<name>-<timestamp>``), seeds, threads. Returns ``(config with out
+    set, run_dir, device)``. The recipes that also run under torchrun (RL, reward model, DPO) start
+    through :func:`rlvr.ranks.join_run`."""
     from rlvr.run_folder import prepare_run_folder
 
     quiet_transformers()

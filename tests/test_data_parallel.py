@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from rlvr.config import RunConfig, build_config
@@ -144,3 +145,45 @@ def test_a_checkpoint_of_another_world_size_resumes_with_a_one_line_warning(caps
     assert sampler.next(2) == saved_by.next(2)  # rank 0's data position
     restore_rank_state(saved[:1], Distributed(), sampler, seed=0, step=3)  # as many ranks: silent
     assert capsys.readouterr().out == ""
+
+
+def _offline_torchrun(tmp_path, command: str, raw: dict, nproc: int) -> subprocess.CompletedProcess:
+    config = tmp_path / f"{command}_{nproc}.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    torchrun = Path(sys.executable).parent / "torchrun"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([str(torchrun), "--standalone", f"--nproc-per-node={nproc}", "-m", "rlvr", command,
+                           str(config)], capture_output=True, text=True, timeout=240, env=env)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["dpo", "train-rm"])
+def test_offline_recipes_on_two_ranks_match_one_process(tiny_model, tmp_path, command):
+    """DPO and the reward model split each optimizer step's pairs between the ranks and sum the
+    gradients: two ranks end where one process on the whole batches ends (up to float rounding of the
+    summed halves), with identical replicas, and rank 0 alone writes the run folder."""
+    from safetensors.torch import load_file
+
+    rows = [{"prompt": f"{a}+{b}=", "chosen": str(a + b), "rejected": str(a + b + 1)}
+            for a in range(6) for b in range(6)]
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    final = {}
+    for nproc in (1, 2):
+        out = tmp_path / f"{command}-{nproc}"
+        raw = {"out": str(out), "model": {"path": str(tiny_model)}, "data": {"path": str(data), "eval_fraction": 0.25},
+               "optim": {"lr": 3e-3}, "train": {"epochs": 2, "batch_size": 9, "micro_batch_size": 2, "threads": 1},
+               "log": {"progress": False, "plot": False}}
+        if command == "train-rm":
+            raw.update(head="logprob", checkpoint={"every": 0})
+        done = _offline_torchrun(tmp_path, command, raw, nproc)
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = json.loads((out / "summary.json").read_text())
+        if nproc == 2:
+            assert len(set(summary["replicas"]["weights_checksums"])) == 1
+            assert done.stdout.count("run folder:") == 1  # rank 0 alone speaks and writes
+        final[nproc] = load_file(str(out / "final" / "model.safetensors"))
+        records = read_metrics(out / "metrics.jsonl")
+        assert [r["step"] for r in records if "train/loss" in r] == list(range(1, summary["steps"] + 1))
+    for name, tensor in final[1].items():
+        assert torch.allclose(tensor, final[2][name], atol=2e-5), name

@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from rlvr import dpo
 
     summary = dpo.train(config, overwrite=args.overwrite)
+    if "rank" in summary:  # a torchrun rank other than 0: rank 0 reports
+        return 0
     before, after = summary.get("gold_accuracy_before"), summary.get("gold_accuracy_after")
     if before is not None and after is not None:
         print(f"greedy gold accuracy: {before:.3f} -> {after:.3f}")

@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from rlvr import reward_model
 
     summary = reward_model.train(config, overwrite=args.overwrite, resume=args.resume)
+    if "rank" in summary:  # a torchrun rank other than 0: rank 0 reports
+        return 0
     accuracy = summary["pairwise_accuracy"]
     if accuracy is not None:
         print(f"held-out pairwise accuracy: {summary['pairwise_accuracy_before']:.3f} -> {accuracy:.3f} "
