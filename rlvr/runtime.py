@@ -166,23 +166,6 @@ def optimizer_from_config(params, optim, total: int, *, lr: float | None = None,
     return optimizer, scheduler
 
 
-def begin_run(config, name: str, *, resume: bool = False, overwrite: bool = False):
-    """The start of the single-process recipe (SFT): quiet transformers, the device, the run folder
-    (``config.out`` or a new ``runs/<name>-<timestamp>``), seeds, threads. Returns ``(config with out
-    set, run_dir, device)``. The recipes that also run under torchrun (RL, reward model, DPO) start
-    through :func:`rlvr.ranks.join_run`."""
-    from rlvr.run_folder import prepare_run_folder
-
-    quiet_transformers()
-    device = resolve_device(config.train.device)
-    run_dir = prepare_run_folder(config.out, name=name, resume=resume, overwrite=overwrite)
-    config = config.model_copy(update={"out": str(run_dir)})
-    print(f"run folder: {run_dir}" + (" (resuming)" if resume else ""), flush=True)
-    seed_everything(config.train.seed)
-    set_threads(config.train.threads)
-    return config, run_dir, device
-
-
 # ---------------------------------------------------------------------------------------------
 # Data-parallel runs (torchrun): the one place that knows about ranks
 # ---------------------------------------------------------------------------------------------

@@ -4,6 +4,10 @@ The loss is the mean negative log-likelihood of completion tokens only (prompt t
 never targets), with the end-of-sequence token appended so the model learns to stop. Data comes
 from a task suite whose problems carry a ``solution``, or from a JSONL file of
 ``{"prompt": str | messages, "completion": str}`` or ``{"messages": [..., {"role": "assistant", ...}]}``.
+
+Under ``torchrun`` every rank draws the same batch and trains on every world-size-th example of it,
+the loss normalised by the whole batch's completion tokens; gradients are summed across ranks before
+the step, and rank 0 alone evaluates (its early-stop decision is broadcast) and writes the run folder.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from rlvr.evaluate import evaluate
 from rlvr.logprobs import completion_logprobs
 from rlvr.models import load_policy, load_tokenizer, save_final_model
 from rlvr.progress import make_progress
-from rlvr.runtime import begin_run, optimizer_from_config
+from rlvr.ranks import join_run, open_tracker, replica_check
+from rlvr.runtime import optimizer_from_config
 from rlvr.suites import PromptEncoder, load_suite
-from rlvr.tracking import Tracker, plot_metrics
+from rlvr.tracking import plot_metrics
 from rlvr.tasks.base import Problem
 from rlvr.tasks.loading import check_text
 from rlvr.verifiers.files import jsonl_lines
@@ -121,29 +126,31 @@ def _collate(pairs: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[tor
 def train(config: SFTConfig, *, overwrite: bool = False) -> dict[str, Any]:
     """Fine-tune on gold completions; stops early when held-out accuracy reaches ``eval.stop_at_accuracy``.
     ``overwrite`` replaces a previous run in ``config.out`` (else a folder holding a run is refused)."""
-    config, run_dir, device = begin_run(config, "sft", overwrite=overwrite)
+    config, run_dir, dist = join_run(config, "sft", overwrite=overwrite)
+    device, main = dist.device, dist.is_main
     sources = _load_sources(config.data)  # bad data fails before any model is loaded
     ev, first = config.eval, config.data[0]
     eval_problems = []
-    if ev.every:
+    if ev.every and main:
         eval_problems = load_suite(ev.task or first.task, path=first.path if ev.task is None else None,
                                    split=ev.split, options=ev.options or first.options, limit=ev.limit)
-    save_config(config, run_dir / "config.yaml")
+    if main:
+        save_config(config, run_dir / "config.yaml")
     tokenizer = load_tokenizer(config.model.path)
     lora = config.model.lora.model_dump() if config.model.lora is not None else None
     model = load_policy(config.model.path, dtype=config.model.dtype, device=str(device), lora=lora,
                         gradient_checkpointing=config.model.gradient_checkpointing)
     data = _tokenize(tokenizer, sources)
     optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, config.train.steps)
-    tracker = Tracker.for_run(run_dir, config)
+    tracker = open_tracker(config, run_dir, dist)
     engine = HFEngine(model, tokenizer)
     encode = PromptEncoder(tokenizer, first.chat_template)  # held-out prompts as the first source's
-    runner = VerifierRunner()
+    runner = VerifierRunner() if main else None
     rng = random.Random(config.train.seed)
     order: list[int] = []
     started = time.perf_counter()
     accuracy, step = None, 0
-    progress = _progress(config)
+    progress = _progress(config) if main else None
     for step in range(1, config.train.steps + 1):
         # ---- one optimizer step over batch_size examples, in micro-batches -------------------
         picked = []
@@ -152,16 +159,19 @@ def train(config: SFTConfig, *, overwrite: bool = False) -> dict[str, Any]:
                 order = list(range(len(data)))
                 rng.shuffle(order)
             picked.append(data[order.pop()])
-        ids, attention, mask = (t.to(device) for t in _collate(picked, tokenizer.pad_token_id))
-        total_tokens = float(mask.sum())
+        ids, attention, mask = _collate(picked, tokenizer.pad_token_id)
+        total_tokens = float(mask.sum())  # the whole batch's, on every rank
+        ids, attention, mask = (t[dist.rank :: dist.world_size].to(device) for t in (ids, attention, mask))
         optimizer.zero_grad(set_to_none=True)
         loss_value = 0.0
-        for start in range(0, len(picked), config.train.micro_batch_size):
+        for start in range(0, len(ids), config.train.micro_batch_size):
             sl = slice(start, start + config.train.micro_batch_size)
             logp, _ = completion_logprobs(model, ids[sl], attention[sl], mask.shape[1])
             loss = -(logp * mask[sl]).sum() / total_tokens
             loss.backward()
             loss_value += loss.item()
+        dist.sum_gradients([p for p in model.parameters() if p.requires_grad])
+        loss_value = dist.sum(loss_value)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip))
         optimizer.step()
         scheduler.step()
@@ -169,10 +179,12 @@ def train(config: SFTConfig, *, overwrite: bool = False) -> dict[str, Any]:
 
         # ---- held-out greedy accuracy, early stop -------------------------------------------
         if ev.every and step % ev.every == 0:
-            result = evaluate(engine, encode, eval_problems, runner,
-                              sampling=SamplingParams(max_new_tokens=ev.max_new_tokens, greedy=True))
-            accuracy = result.accuracy
-            metrics["eval/accuracy"] = accuracy
+            if main:
+                result = evaluate(engine, encode, eval_problems, runner,
+                                  sampling=SamplingParams(max_new_tokens=ev.max_new_tokens, greedy=True))
+                accuracy = result.accuracy
+                metrics["eval/accuracy"] = accuracy
+            accuracy = dist.broadcast(accuracy)  # every rank stops at the same step
         tracker.log(step, metrics)
         if progress is not None:
             progress.set_postfix(loss=f"{loss_value:.3f}", **({"acc": f"{accuracy:.3f}"} if accuracy is not None else {}))
@@ -181,13 +193,17 @@ def train(config: SFTConfig, *, overwrite: bool = False) -> dict[str, Any]:
             break
     if progress is not None:
         progress.close()
+    replicas = replica_check(dist, model)
+    tracker.close()
+    if not main:
+        return {"steps": step, "rank": dist.rank}
     runner.close()
     final = run_dir / "final"
     save_final_model(model, tokenizer, final)
-    tracker.close()
     if config.log.plot:
         plot_metrics(tracker.path, run_dir / "metrics.png", title=f"SFT {run_dir}")
-    summary = {"steps": step, "eval_accuracy": accuracy, "wall_s": time.perf_counter() - started, "model": str(final)}
+    summary = {"steps": step, "eval_accuracy": accuracy, "wall_s": time.perf_counter() - started, "model": str(final),
+               **({"replicas": replicas} if replicas else {})}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 

@@ -157,11 +157,11 @@ def _offline_torchrun(tmp_path, command: str, raw: dict, nproc: int) -> subproce
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", ["dpo", "train-rm"])
+@pytest.mark.parametrize("command", ["dpo", "train-rm", "sft"])
 def test_offline_recipes_on_two_ranks_match_one_process(tiny_model, tmp_path, command):
-    """DPO and the reward model split each optimizer step's pairs between the ranks and sum the
-    gradients: two ranks end where one process on the whole batches ends (up to float rounding of the
-    summed halves), with identical replicas, and rank 0 alone writes the run folder."""
+    """SFT, DPO and the reward model split each optimizer step's examples between the ranks and sum
+    the gradients: two ranks end where one process on the whole batches ends (up to float rounding of
+    the summed halves), with identical replicas, and rank 0 alone writes the run folder."""
     from safetensors.torch import load_file
 
     rows = [{"prompt": f"{a}+{b}=", "chosen": str(a + b), "rejected": str(a + b + 1)}
@@ -174,6 +174,10 @@ def test_offline_recipes_on_two_ranks_match_one_process(tiny_model, tmp_path, co
         raw = {"out": str(out), "model": {"path": str(tiny_model)}, "data": {"path": str(data), "eval_fraction": 0.25},
                "optim": {"lr": 3e-3}, "train": {"epochs": 2, "batch_size": 9, "micro_batch_size": 2, "threads": 1},
                "log": {"progress": False, "plot": False}}
+        if command == "sft":  # the arithmetic suite's gold answers, evaluated every 2 steps
+            raw.update(data={"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}, "limit": 60},
+                       train={"steps": 6, "batch_size": 9, "micro_batch_size": 2, "threads": 1},
+                       eval={"every": 2, "limit": 10, "max_new_tokens": 3})
         if command == "train-rm":
             raw.update(head="logprob", checkpoint={"every": 0})
         done = _offline_torchrun(tmp_path, command, raw, nproc)

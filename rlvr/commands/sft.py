@@ -35,5 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from rlvr import sft
 
     summary = sft.train(config, overwrite=args.overwrite)
+    if "rank" in summary:  # a torchrun rank other than 0: rank 0 reports
+        return 0
     print(f"SFT done after {summary['steps']} steps; model: {summary['model']}")
     return 0
