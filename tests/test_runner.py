@@ -78,8 +78,15 @@ def runner(request):
         yield r
 
 
-def live_workers(runner: VerifierRunner) -> int:
-    return len(worker_pids()) if runner.backend == "local" else runner._pool.alive()
+def live_workers(runner: VerifierRunner, expected: int) -> int:
+    """The runner's live workers, polled for a few seconds until there are ``expected``: a replacement
+    spawned as a batch ends shows the parent's command line in /proc until its exec completes."""
+    deadline = time.monotonic() + 5
+    while True:
+        count = len(worker_pids()) if runner.backend == "local" else runner._pool.alive()
+        if count == expected or time.monotonic() > deadline:
+            return count
+        time.sleep(0.05)
 
 
 def test_results_in_order_with_each_failure_kind(runner):
@@ -93,7 +100,7 @@ def test_results_in_order_with_each_failure_kind(runner):
     assert rewards[1].latency_s == pytest.approx(1.0) and "deadline" in rewards[1].info["error"]
     assert "died" in rewards[3].info["error"] and "boom" in rewards[4].info["error"]
     assert elapsed < 8
-    assert live_workers(runner) == 2  # killed workers were replaced, none leaked
+    assert live_workers(runner, 2) == 2  # killed workers were replaced, none leaked
 
 
 def test_deadline_holds_when_called_from_threads(runner):

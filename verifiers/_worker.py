@@ -52,8 +52,8 @@ def _watch_parent(parent: int) -> None:
             os._exit(0)
 
 
-def _limit_memory() -> None:
-    megabytes = int(os.environ.get("RLVR_VERIFIER_MEMORY_MB", "0") or 0)
+def limit_memory(megabytes: int) -> None:
+    """Cap this process's data segment (0 = no cap): a runaway answer fails instead of swapping."""
     if megabytes > 0:
         import resource
 
@@ -76,6 +76,22 @@ def _result_tuple(reward) -> tuple:
     return (r.score, r.status, dict(r.components), r.latency_s, info)
 
 
+def score_item(impl, completion: str, reference: dict, context: dict) -> tuple:
+    """One item's result tuple; a verifier that raises gives an ``error`` result, it does not kill the
+    process. The latency is the verifier's own, or else the time the call took."""
+    from rlvr.verifiers.base import error_reward, score_sample
+
+    start = time.perf_counter()
+    try:
+        reward = score_sample(impl, completion, reference, context)
+    except Exception as exc:
+        reward = error_reward(exc)
+    result = _result_tuple(reward)
+    if not result[3]:
+        result = result[:3] + (time.perf_counter() - start,) + result[4:]
+    return result
+
+
 def _close_all(instances: dict) -> None:
     """Graceful shutdown (stdin closed): let verifiers that hold resources release them, e.g.
     the code verifier's sandbox pool and its cgroups, before the parent's grace period ends."""
@@ -94,10 +110,9 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     threading.Thread(target=_watch_parent, args=(int(os.environ.get("RLVR_VERIFIER_PARENT", os.getppid())),),
                      daemon=True).start()
-    _limit_memory()
+    limit_memory(int(os.environ.get("RLVR_VERIFIER_MEMORY_MB", "0") or 0))
 
     import rlvr.verifiers  # noqa: F401  (registers the built-ins)
-    from rlvr.verifiers.base import error_reward, score_sample
     from rlvr.verifiers.math import symbolic
 
     symbolic.warm()  # import sympy/math-verify now, not inside the first item's deadline
@@ -119,15 +134,7 @@ def main() -> None:
                 continue
             instances[spec] = impl
         for item_id, completion, reference, context in items:
-            start = time.perf_counter()
-            try:
-                reward = score_sample(impl, completion, reference, context)
-            except Exception as exc:  # a broken verifier reports an error; it does not kill the worker
-                reward = error_reward(exc)
-            result = _result_tuple(reward)
-            if not result[3]:
-                result = result[:3] + (time.perf_counter() - start,) + result[4:]
-            out.write(encode_frame(("result", item_id, result)))
+            out.write(encode_frame(("result", item_id, score_item(impl, completion, reference, context))))
 
 
 if __name__ == "__main__":

@@ -121,47 +121,62 @@ class Worker:
         self.kill()
 
 
-class WorkerPool:
-    """``size`` worker processes shared by all threads of one :class:`~verifiers.runner.VerifierRunner`."""
+class Workers:
+    """The bookkeeping every pool of scoring workers shares, whatever a worker is (a local process
+    here, a Ray actor in :mod:`verifiers.ray_pool`): at most ``size`` of them, idle ones handed to one
+    batch at a time, lost ones respawned at the next :meth:`acquire`. Subclasses say how a worker
+    starts (:meth:`_start`) and stops (:meth:`_stop`) and what runs one batch (:meth:`_batch`), then
+    call :meth:`_fill`."""
 
-    def __init__(self, size: int, *, memory_mb: int = 4096, max_chunk: int = MAX_CHUNK):
+    def __init__(self, size: int):
         if size < 1:
             raise ValueError("a worker pool needs at least one worker")
         self.size = size
-        self.max_chunk = max_chunk
-        self.killed = 0  # workers killed at a deadline
-        self.crashed = 0  # workers that died on their own
-        self._env = worker_env(memory_mb)
         self._cond = threading.Condition()
-        self._all: set[Worker] = set()
+        self._all: set = set()
         self._closed = False
-        self._idle: list[Worker] = [self.spawn() for _ in range(size)]
+        self._idle: list = []
+
+    def _start(self):
+        raise NotImplementedError
+
+    def _stop(self, worker) -> None:
+        raise NotImplementedError
+
+    def _fill(self) -> None:
+        self._idle = [self.spawn() for _ in range(self.size)]
 
     @property
     def closed(self) -> bool:
         return self._closed
 
-    def spawn(self) -> Worker | None:
+    def alive(self) -> int:
+        """Workers this pool holds now (busy or idle)."""
+        with self._cond:
+            return len(self._all)
+
+    def spawn(self):
+        """A new worker, counted in the pool (None once the pool is closed)."""
         with self._cond:
             if self._closed:
                 return None
-            worker = Worker(self._env)
+            worker = self._start()
             self._all.add(worker)
             return worker
 
-    def discard(self, worker: Worker) -> None:
-        worker.kill()
+    def discard(self, worker) -> None:
+        self._stop(worker)
         with self._cond:
             self._all.discard(worker)
 
-    def acquire(self, n: int, *, block: bool) -> list[Worker]:
+    def acquire(self, n: int, *, block: bool) -> list:
         """Up to ``n`` idle workers; with ``block``, wait until at least one is free (or the pool closes).
 
         Workers lost since the last call (failed starts, crashes whose replacement could not start)
         are respawned here, so the pool never shrinks for good."""
         with self._cond:
             while not self._closed and len(self._all) < self.size:
-                worker = Worker(self._env)
+                worker = self._start()
                 self._all.add(worker)
                 self._idle.append(worker)
             while block and not self._idle and not self._closed:
@@ -169,7 +184,7 @@ class WorkerPool:
             taken, self._idle = self._idle[:n], self._idle[n:]
             return taken
 
-    def release(self, workers: list[Worker]) -> None:
+    def release(self, workers: list) -> None:
         with self._cond:
             if not self._closed:
                 self._idle.extend(w for w in workers if not w.dead)
@@ -184,12 +199,36 @@ class WorkerPool:
         Returns ``(results, unportable_ids, note)``: result tuples by item id, and the ids left
         unscored because the workers could not rebuild the verifier (``note`` says why).
         """
-        batch = _Batch(self, spec, blob, items, timeout_s)
+        batch = self._batch(spec, blob, items, timeout_s)
         try:
             batch.run()
         finally:
             batch.finish()
         return batch.results, batch.unportable, batch.note
+
+    def _batch(self, spec: str, blob: bytes, items: list[tuple], timeout_s: float) -> "BatchLoop":
+        raise NotImplementedError
+
+
+class WorkerPool(Workers):
+    """``size`` worker processes shared by all threads of one :class:`~verifiers.runner.VerifierRunner`."""
+
+    def __init__(self, size: int, *, memory_mb: int = 4096, max_chunk: int = MAX_CHUNK):
+        super().__init__(size)
+        self.max_chunk = max_chunk
+        self.killed = 0  # workers killed at a deadline
+        self.crashed = 0  # workers that died on their own
+        self._env = worker_env(memory_mb)
+        self._fill()
+
+    def _start(self) -> Worker:
+        return Worker(self._env)
+
+    def _stop(self, worker: Worker) -> None:
+        worker.kill()
+
+    def _batch(self, spec: str, blob: bytes, items: list[tuple], timeout_s: float) -> "_Batch":
+        return _Batch(self, spec, blob, items, timeout_s)
 
     def close(self) -> None:
         """Stop every worker. Workers busy in another thread's batch are killed; that batch returns
@@ -218,6 +257,35 @@ class WorkerPool:
             self._all.difference_update(idle)
 
 
+class BatchLoop:
+    """The loop of one ``run()`` call, shared by the local and the Ray pool: take workers (at least one,
+    waiting if need be; more while there is work for them), then dispatch, wait and charge deadlines
+    until every item has a result. Subclasses hold ``pool`` and ``pending`` and say how many workers
+    they own (:meth:`owned_count`) and how much work is in flight (:meth:`busy`)."""
+
+    pool: Workers
+    pending: deque
+
+    def busy(self) -> int:
+        raise NotImplementedError
+
+    def owned_count(self) -> int:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        wanted = lambda: min(self.pool.size, len(self.pending) + self.busy())  # noqa: E731
+        self._own(self.pool.acquire(max(1, wanted()), block=True))
+        while self.pending or self.busy():
+            if self.pool.closed or not self.owned_count():
+                self._fail_all("error", "the verifier runner was closed")
+                return
+            if self.owned_count() < wanted():
+                self._own(self.pool.acquire(wanted() - self.owned_count(), block=False))
+            self._dispatch()
+            self._wait()
+            self._check_deadlines()
+
+
 class _Flight:
     """The chunk a worker is working through, and the deadline of the item at its head."""
 
@@ -232,8 +300,8 @@ def _failure(status: str, message: str, latency_s: float = 0.0) -> tuple:
     return (0.0, status, {}, latency_s, {"error": message})
 
 
-class _Batch:
-    """One :meth:`WorkerPool.run` call: an event loop over the workers it owns."""
+class _Batch(BatchLoop):
+    """One :meth:`WorkerPool.run` call: an event loop over the worker processes it owns."""
 
     def __init__(self, pool: WorkerPool, spec: str, blob: bytes, items: list[tuple], timeout_s: float):
         self.pool = pool
@@ -281,18 +349,11 @@ class _Batch:
         self.pool.release(keep)
 
     # -- loop
-    def run(self) -> None:
-        wanted = lambda: min(self.pool.size, len(self.pending) + len(self.inflight))  # noqa: E731
-        self._own(self.pool.acquire(max(1, wanted()), block=True))
-        while self.pending or self.inflight:
-            if self.pool.closed or not self.owned:
-                self._fail_all("error", "the verifier runner was closed")
-                return
-            if len(self.owned) < wanted():
-                self._own(self.pool.acquire(wanted() - len(self.owned), block=False))
-            self._dispatch()
-            self._wait()
-            self._check_deadlines()
+    def busy(self) -> int:
+        return len(self.inflight)
+
+    def owned_count(self) -> int:
+        return len(self.owned)
 
     def _dispatch(self) -> None:
         idle = [w for w in self.owned if w.ready and w not in self.inflight]

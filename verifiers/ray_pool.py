@@ -28,12 +28,11 @@ import logging
 import os
 import pickle
 import sys
-import threading
 import time
 from collections import deque
 from typing import Any
 
-from rlvr.verifiers.pool import STARTUP_TIMEOUT_S, _failure
+from rlvr.verifiers.pool import STARTUP_TIMEOUT_S, BatchLoop, Workers, _failure
 
 logger = logging.getLogger(__name__)
 QUEUE_DEPTH = 4  # calls queued per actor: hides Ray's ~0.2 ms call latency, bounds the re-queue on a kill
@@ -56,14 +55,9 @@ class VerifierActor:
         # The driver's import path, where it exists here, so verifiers from the user's own modules
         # unpickle on a local cluster as they do in local workers (on other nodes: install them there).
         sys.path.extend(p for p in paths if p not in sys.path and os.path.isdir(p))
-        if memory_mb > 0:
-            import resource
+        from rlvr.verifiers._worker import limit_memory
 
-            limit = memory_mb * 1024 * 1024
-            try:
-                resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-            except (ValueError, OSError):
-                pass
+        limit_memory(memory_mb)  # as a local worker's, before anything big is imported
         import rlvr.verifiers  # noqa: F401  (registers the built-ins)
         from rlvr.verifiers.math import symbolic
 
@@ -75,8 +69,7 @@ class VerifierActor:
 
     def score(self, spec: str, blob: bytes | None, item: tuple) -> tuple:
         """``("result", result_tuple)`` or ``("unportable", why)``."""
-        from rlvr.verifiers._worker import _result_tuple
-        from rlvr.verifiers.base import error_reward, score_sample
+        from rlvr.verifiers._worker import score_item
 
         impl = self.instances.get(spec)
         if impl is None:
@@ -87,15 +80,7 @@ class VerifierActor:
             except Exception as exc:
                 return ("unportable", f"{type(exc).__name__}: {exc}")
         _item_id, completion, reference, context = item
-        start = time.perf_counter()
-        try:
-            reward = score_sample(impl, completion, reference, context)
-        except Exception as exc:  # a broken verifier reports an error; it does not kill the actor
-            reward = error_reward(exc)
-        result = _result_tuple(reward)
-        if not result[3]:
-            result = result[:3] + (time.perf_counter() - start,) + result[4:]
-        return ("result", result)
+        return ("result", score_item(impl, completion, reference, context))
 
     def close(self) -> None:
         from rlvr.verifiers._worker import _close_all
@@ -115,7 +100,7 @@ class Actor:
         self.specs: set[str] = set()
 
 
-class RayWorkerPool:
+class RayWorkerPool(Workers):
     """``size`` verifier actors (``None``: one per ``num_cpus`` CPUs of the cluster) shared by all threads
     of one :class:`~verifiers.runner.VerifierRunner`; :meth:`run` as :meth:`verifiers.pool.WorkerPool.run`."""
 
@@ -129,79 +114,33 @@ class RayWorkerPool:
             ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=False)
         if size is None:
             size = max(1, int(ray.cluster_resources().get("CPU", 1) // num_cpus))
-        if size < 1:
-            raise ValueError("a Ray worker pool needs at least one actor")
         free = ray.available_resources().get("CPU", 0.0)
         if size * num_cpus > free:
             logger.warning("the verifier pool wants %d actors x %g CPUs but the Ray cluster has %g CPUs free: actors "
                            "that do not fit wait for resources, and items wait for them (see `ray status`)",
                            size, num_cpus, free)
-        self.size = size
+        super().__init__(size)
         self.max_retries = int(max_retries)
         self.killed = 0  # actors killed at a deadline
         self.crashed = 0  # actors that died on their own
         self.retried = 0  # items run again because their actor died under them
         self._remote = ray.remote(num_cpus=num_cpus, max_restarts=0, max_task_retries=0)(VerifierActor)
         self._args = ([p if p else os.getcwd() for p in sys.path], int(memory_mb))
-        self._cond = threading.Condition()
-        self._all: set[Actor] = set()
-        self._closed = False
-        self._idle: list[Actor] = [self.spawn() for _ in range(size)]
+        self._fill()
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
+    def _start(self) -> Actor:
+        return Actor(self._remote.remote(*self._args))
 
-    def spawn(self) -> Actor | None:
-        with self._cond:
-            if self._closed:
-                return None
-            actor = Actor(self._remote.remote(*self._args))
-            self._all.add(actor)
-            return actor
-
-    def discard(self, actor: Actor) -> None:
+    def _stop(self, actor: Actor) -> None:
         if not actor.dead:
             actor.dead = True
             try:
                 self.ray.kill(actor.handle, no_restart=True)
             except Exception:
                 pass
-        with self._cond:
-            self._all.discard(actor)
 
-    def acquire(self, n: int, *, block: bool) -> list[Actor]:
-        with self._cond:
-            while not self._closed and len(self._all) < self.size:
-                actor = Actor(self._remote.remote(*self._args))
-                self._all.add(actor)
-                self._idle.append(actor)
-            while block and not self._idle and not self._closed:
-                self._cond.wait()
-            taken, self._idle = self._idle[:n], self._idle[n:]
-            return taken
-
-    def release(self, actors: list[Actor]) -> None:
-        with self._cond:
-            if not self._closed:
-                self._idle.extend(a for a in actors if not a.dead)
-                self._cond.notify_all()
-                return
-        for a in actors:
-            self.discard(a)
-
-    def alive(self) -> int:
-        """Actors this pool holds now (busy or idle)."""
-        with self._cond:
-            return len(self._all)
-
-    def run(self, spec: str, blob: bytes, items: list[tuple], timeout_s: float) -> tuple[dict, list, str]:
-        batch = _RayBatch(self, spec, blob, items, timeout_s)
-        try:
-            batch.run()
-        finally:
-            batch.finish()
-        return batch.results, batch.unportable, batch.note
+    def _batch(self, spec: str, blob: bytes, items: list[tuple], timeout_s: float) -> "_RayBatch":
+        return _RayBatch(self, spec, blob, items, timeout_s)
 
     def close(self) -> None:
         """Stop every actor (letting idle ones close their verifiers' sandboxes first); stop the local
@@ -231,7 +170,7 @@ class _Queue:
         self.deadline = 0.0  # of the item at the head
 
 
-class _RayBatch:
+class _RayBatch(BatchLoop):
     """One :meth:`RayWorkerPool.run` call: dispatch, wait, charge, over the actors it owns."""
 
     def __init__(self, pool: RayWorkerPool, spec: str, blob: bytes, items: list[tuple], timeout_s: float):
@@ -252,18 +191,8 @@ class _RayBatch:
     def busy(self) -> int:
         return sum(len(q.items) for q in self.queues.values())
 
-    def run(self) -> None:
-        wanted = lambda: min(self.pool.size, len(self.pending) + self.busy())  # noqa: E731
-        self._own(self.pool.acquire(max(1, wanted()), block=True))
-        while self.pending or self.busy():
-            if self.pool.closed or not self.queues:
-                self._fail_all("error", "the verifier runner was closed")
-                return
-            if len(self.queues) < wanted():
-                self._own(self.pool.acquire(wanted() - len(self.queues), block=False))
-            self._dispatch()
-            self._wait()
-            self._check_deadlines()
+    def owned_count(self) -> int:
+        return len(self.queues)
 
     def finish(self) -> None:
         keep = []
