@@ -124,7 +124,8 @@ class VerifierConfig(Section):
     backend: Literal["local", "ray"] = Field(
         "local", description="where verifier workers run: local (processes on this machine) or ray (Ray actors "
         "across a cluster, same deadline and statuses; an actor lost under an item retries it; needs the [ray] "
-        "extra). With ray, workers null = one actor per ray_num_cpus CPUs of the cluster")
+        "extra). With ray, workers null = one actor per ray_num_cpus CPUs of the cluster, divided between torchrun's "
+        "ranks")
     ray_address: Optional[str] = Field(
         None, description="Ray cluster to join (e.g. auto, ray://head:10001); null = RAY_ADDRESS or a running "
         "`ray start`, else a local Ray for this run")

@@ -136,6 +136,13 @@ def test_default_size_is_one_actor_per_cluster_cpu(ray_cluster):
         assert r._pool.size == 2  # 8 // 3: the fixture's cluster has 8 CPUs
 
 
+def test_default_size_divides_the_cluster_between_torchrun_ranks(ray_cluster, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with VerifierRunner(backend="ray", ray_num_cpus=2) as r:
+        r.score_batch("test_slow_echo", ["a"], [{"answer": "a"}])
+        assert r._pool.size == 2  # 8 CPUs // 2 per actor // 2 ranks
+
+
 def test_configuration_errors():
     with pytest.raises(ValueError, match="valid backends: local, ray"):
         VerifierRunner(backend="dask")

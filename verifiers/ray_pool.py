@@ -19,7 +19,8 @@ bubblewrap, and an actor that cannot isolate refuses the way the local sandbox d
   actor, and each death is then charged to the item that caused it.)
 * **The cluster.** With ``address`` null the pool joins the cluster that ``RAY_ADDRESS`` or a running
   ``ray start`` names, and otherwise starts a local one (stopped again at :meth:`close`). The default
-  size is one actor per ``num_cpus`` CPUs of the whole cluster.
+  size is one actor per ``num_cpus`` CPUs of the whole cluster, divided between the ranks of a
+  torchrun (``WORLD_SIZE``), each of which has a pool of its own.
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ class RayWorkerPool(Workers):
         self.started_ray = not ray.is_initialized()
         if self.started_ray:
             ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=False)
-        if size is None:
-            size = max(1, int(ray.cluster_resources().get("CPU", 1) // num_cpus))
+        if size is None:  # the cluster's CPUs, divided between the torchrun ranks that share it
+            ranks = int(os.environ.get("WORLD_SIZE", "1") or 1)
+            size = max(1, int(ray.cluster_resources().get("CPU", 1) // num_cpus) // ranks)
         free = ray.available_resources().get("CPU", 0.0)
         if size * num_cpus > free:
             logger.warning("the verifier pool wants %d actors x %g CPUs but the Ray cluster has %g CPUs free: actors "

@@ -64,7 +64,7 @@ class VerifierRunner:
         backend: ``"local"`` (worker processes on this machine) or ``"ray"`` (Ray actors anywhere in a
             cluster, :mod:`verifiers.ray_pool`: same deadline and statuses; an actor lost under an item
             retries it). With ``"ray"``, ``workers=None`` means one actor per ``ray_num_cpus`` CPUs of
-            the cluster, and ``workers=0`` is refused.
+            the cluster (divided between torchrun's ranks), and ``workers=0`` is refused.
         ray_address: the cluster to join (``None``: ``RAY_ADDRESS``, a running ``ray start``, or else a
             local Ray started for this runner).
         ray_num_cpus: CPUs Ray reserves for each verifier actor.
