@@ -35,7 +35,7 @@ from rlvr.models import Reference, context_length, load_policy, load_tokenizer, 
 from rlvr.preferences import TokenizedPair, load_preference_data, tokenize_pairs
 from rlvr.progress import make_progress
 from rlvr.reward_model import batch_indices, collate_completions
-from rlvr.ranks import join_run, open_tracker, rank_share, replica_check, sum_over_ranks
+from rlvr.ranks import backward_on_share, join_run, open_tracker, replica_check
 from rlvr.runtime import optimizer_from_config
 from rlvr.suites import PromptEncoder, load_suite
 from rlvr.tracking import plot_metrics
@@ -137,17 +137,9 @@ def train(config: DPOConfig, *, overwrite: bool = False) -> dict[str, Any]:
     for step in range(1, total_steps + 1):
         # ---- one optimizer step over batch_size pairs, in micro-batches --------------------
         picked = [train_data[i] for i in batch_indices(step, t.batch_size, len(train_data), t.seed)]
-        mine = rank_share(picked, dist)
         optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {}
-        for start in range(0, len(mine), t.micro_batch_size):
-            mb = mine[start : start + t.micro_batch_size]
-            loss, stats = pair_loss(policy, reference, mb, pad_id, d)
-            (loss * len(mb) / len(picked)).backward()  # the mean over the whole (all ranks') batch
-            for key, value in stats.items():
-                sums[key] = sums.get(key, 0.0) + value * len(mb) / len(picked)
-        dist.sum_gradients([p for p in policy.parameters() if p.requires_grad])
-        sums = sum_over_ranks(sums, dist)
+        sums = backward_on_share(picked, t.micro_batch_size, lambda mb: pair_loss(policy, reference, mb, pad_id, d),
+                                 list(policy.parameters()), dist)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), config.optim.grad_clip))
         optimizer.step()
         scheduler.step()

@@ -66,19 +66,25 @@ def join_run(config, name: str, *, resume: bool = False, overwrite: bool = False
     return config, Path(run_dir), dist
 
 
-def rank_share(items: list, dist: Distributed) -> list:
-    """This rank's part of an optimizer step's batch (every world-size-th item from its rank on): the
-    offline recipes' data split, a pure function of the global batch."""
-    return items[dist.rank :: dist.world_size]
-
-
-def sum_over_ranks(values: dict[str, float], dist: Distributed) -> dict[str, float]:
-    """Each key added over the ranks that hold it (one collective): the offline recipes' step stats,
-    each rank's part already weighted by its share of the global batch."""
+def backward_on_share(batch: list, micro_batch_size: int, loss_of, params: list, dist: Distributed) -> dict[str, float]:
+    """The backward pass of one optimizer step of the pair recipes (reward model, DPO), on one process or
+    several: this rank takes every world-size-th example of ``batch`` (the whole batch, the same on
+    every rank), runs ``loss_of(micro_batch) -> (mean loss, stats)`` over it in micro-batches, each
+    weighted by its share of the *whole* batch, and sums the gradients of ``params`` and the stats
+    across ranks. Returns the step's stats, means over the whole batch."""
+    mine = batch[dist.rank :: dist.world_size]
+    sums: dict[str, float] = {}
+    for start in range(0, len(mine), micro_batch_size):
+        mb = mine[start : start + micro_batch_size]
+        loss, stats = loss_of(mb)
+        (loss * len(mb) / len(batch)).backward()
+        for key, value in stats.items():
+            sums[key] = sums.get(key, 0.0) + value * len(mb) / len(batch)
+    dist.sum_gradients([p for p in params if p.requires_grad])
     if dist.world_size == 1:
-        return values
+        return sums
     out: dict[str, float] = {}
-    for part in dist.gather(values):
+    for part in dist.gather(sums):  # a rank with no example this step holds no key
         for key, value in part.items():
             out[key] = out.get(key, 0.0) + value
     return out

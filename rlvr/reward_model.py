@@ -38,7 +38,7 @@ from rlvr.logprobs import completion_logprobs
 from rlvr.models import check_model_folder, context_length, is_lora, load_policy, load_tokenizer, resolve_dtype
 from rlvr.preferences import TokenizedPair, load_preference_data, tokenize_pairs
 from rlvr.progress import make_progress
-from rlvr.ranks import join_run, open_tracker, rank_share, replica_check, sum_over_ranks
+from rlvr.ranks import backward_on_share, join_run, open_tracker, replica_check
 from rlvr.runtime import optimizer_from_config
 from rlvr.tracking import plot_metrics
 
@@ -248,22 +248,18 @@ def train(config: RewardModelConfig, *, overwrite: bool = False, resume: bool = 
         before = evaluate_pairs(model, config.head, eval_data, pad_id, config.eval.batch_size, margin)
         tracker.log(0, {f"eval/{k}": v for k, v in before.items()})
         print(f"held-out pairwise accuracy before training: {before['pairwise_accuracy']:.3f}", flush=True)
+    def pair_loss(mb: list[TokenizedPair]) -> tuple[torch.Tensor, dict]:
+        """The Bradley-Terry loss of a micro-batch of pairs and its stats."""
+        r = score(model, [p.prompt for p in mb] * 2, [p.chosen for p in mb] + [p.rejected for p in mb], pad_id)  # [2b]
+        loss, stats = bradley_terry_loss(r[: len(mb)], r[len(mb) :], margin or None, config.loss.center_coef)
+        return loss, {"loss": loss.item(), **stats}
+
     progress = make_progress(total_steps, "train-rm", initial=first_step - 1, enabled=config.log.progress and main)
     for step in range(first_step, total_steps + 1):
         # ---- one optimizer step: Bradley-Terry loss over batch_size pairs, in micro-batches ----
         picked = [train_data[i] for i in batch_indices(step, t.batch_size, len(train_data), t.seed)]
-        mine = rank_share(picked, dist)
         optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {}
-        for start in range(0, len(mine), t.micro_batch_size):
-            mb = mine[start : start + t.micro_batch_size]
-            r = score(model, [p.prompt for p in mb] * 2, [p.chosen for p in mb] + [p.rejected for p in mb], pad_id)  # [2b]
-            loss, stats = bradley_terry_loss(r[: len(mb)], r[len(mb) :], margin or None, config.loss.center_coef)
-            (loss * len(mb) / len(picked)).backward()  # the mean over the whole (all ranks') batch
-            for key, value in {"loss": loss.item(), **stats}.items():
-                sums[key] = sums.get(key, 0.0) + value * len(mb) / len(picked)
-        dist.sum_gradients([p for p in model.parameters() if p.requires_grad])
-        sums = sum_over_ranks(sums, dist)
+        sums = backward_on_share(picked, t.micro_batch_size, pair_loss, list(model.parameters()), dist)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip))
         optimizer.step()
         scheduler.step()

@@ -213,7 +213,7 @@ class VLLMEngine:
         if llm is not None:
             # vLLM tears its distributed state down from a finaliser of the engine core (at the
             # ``del``), not only in shutdown(): both under the guard.
-            with _keep_default_process_group(getattr(self, "_trainer_group", False)):
+            with _keep_default_process_group(self._trainer_group):
                 shutdown = getattr(llm.llm_engine, "shutdown", None)
                 if shutdown is not None:
                     shutdown()
