@@ -6,7 +6,9 @@ Builds the quickstart's tiny model and SFT model once, then runs the RL stage tw
 SFT model *at the same time*, one process per recipe with the same number of torch threads, so
 both see the same machine (these machines are shared and noisy: runs made one after another are
 not comparable). Both use their packaged quickstart configs (rlvr/configs/quickstart.yaml and
-quickstart_ppo.yaml): 32 prompts x 8 samples per step, the same samples per step.
+quickstart_ppo.yaml): 32 prompts x 8 samples per step, the same samples per step. GRPO runs without
+the quickstart's solution guidance (``algorithm.guidance=none``), so that both learn from their own
+samples only.
 
 Prints greedy held-out accuracy before -> after, the evaluation curve, wall time and seconds per
 step for each, and the PPO / GRPO ratios.
@@ -37,12 +39,12 @@ def stage_command(recipe: str, model: Path, out: Path, seed: int, steps: int, th
     config = Path(rlvr.configs.__file__).parent / RECIPES[recipe]
     return [sys.executable, "-m", "rlvr.cli", "train", str(config), f"model.path={model}",
             f"out={out}", f"train.seed={seed}", f"train.steps={steps}", f"train.threads={threads}",
-            "log.progress=false", "--overwrite"]
+            "log.progress=false", *(["algorithm.guidance=none"] if recipe == "grpo" else []), "--overwrite"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=600, help="RL steps of each recipe (the quickstart's 600)")
+    parser.add_argument("--steps", type=int, default=600, help="RL steps of each recipe (the PPO quickstart's 600)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each of the two runs")
     parser.add_argument("--out", default=None, help="folder for the models and both runs (default: a temporary one)")

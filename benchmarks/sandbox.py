@@ -163,7 +163,7 @@ def main() -> None:
           f"ratio {thr['guarded'] / thr['run_tests']:.2f} of unguarded)")
     print()
     cores = os.cpu_count() or 1
-    print(f"CPU per run (all processes involved, independent of the machine's other load):")
+    print("CPU per run (all processes involved, independent of the machine's other load):")
     print(f"  bare python -c        {cpu['bare'] * ms:8.1f} ms CPU  -> {cores / cpu['bare']:6.0f} programs/s on {cores} idle cores")
     print(f"  sandbox execute()     {cpu['execute'] * ms:8.1f} ms CPU  -> {cores / cpu['execute']:6.0f} programs/s")
     print(f"  sandbox run_tests()   {cpu['run_tests'] * ms:8.1f} ms CPU  -> {cores / cpu['run_tests']:6.0f} solutions/s")

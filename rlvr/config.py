@@ -209,6 +209,11 @@ class AlgorithmConfig(Section):
         "pi_engine being the engine's sampling probability (corrects trainer-inference mismatch); off when unset")
     dynamic_sampling: bool = Field(False, description="drop groups whose accuracy has zero variance and refill (DAPO)")
     max_resample_rounds: int = Field(4, ge=0, description="extra generation rounds to refill a dynamic-sampling batch")
+    guidance: Literal["none", "solution"] = Field(
+        "none", description="solution: a group with no correct sample trains on its problem's gold solution in place of "
+        "its last sample (off-policy guidance, critic-free presets; see rlvr/guidance.py)")
+    guidance_samples: int = Field(1, ge=1, description="guidance: how many of a guided group's samples the solution "
+                                  "replaces (its last ones; at most group_size - 1)")
     overlong: Literal["none", "filter", "soft"] = Field("none", description="truncated samples: keep, mask out, or soft punishment")
     overlong_buffer: int = Field(4, ge=1, description="soft punishment ramps over the last N tokens before max_new_tokens")
     overlong_penalty: float = Field(1.0, ge=0, description="reward subtracted at max_new_tokens (soft punishment)")
@@ -423,6 +428,11 @@ class RunConfig(Section):
             pass  # allowed: the user asked for it explicitly
         if not self.model.path:
             raise ValueError("model.path: set it to a local Hugging Face model folder")
+        if a.guidance != "none" and (a.preset in CRITIC_PRESETS or self.reward_model is not None):
+            raise ValueError("algorithm.guidance: a gold solution is judged by the verifier and enters a group's "
+                             "baseline, so it needs a critic-free preset and the verifier's reward "
+                             f"(algorithm.preset is {a.preset!r}, reward_model is "
+                             f"{'set' if self.reward_model is not None else 'null'}); remove the key")
         self._check_critic_options()
         return self
 

@@ -3,6 +3,7 @@
 One step, top to bottom:
 
     sample problems -> generate G completions each -> verify -> rewards [P, G]
+    -> (guidance: a gold solution into each group that got nothing right, if asked)
     -> (reference log-probs when beta > 0; KL in the reward if asked) -> advantages
     -> ppo_epochs x minibatches of clipped-surrogate updates (+ KL / entropy terms)
     -> the engine serves the new weights -> log, alarms -> evaluate, checkpoint
@@ -22,6 +23,7 @@ from rlvr.config import RunConfig
 from rlvr.engines import SamplingParams
 from rlvr.engines.base import call_optional
 from rlvr.evaluate import evaluate_suites
+from rlvr.guidance import guide_with_solutions, policy_logprobs_of_rows, solution_encoder
 from rlvr.models import Reference, context_length, load_run_policy, load_tokenizer, save_final_model
 from rlvr.progress import make_progress
 from rlvr.reward_scoring import build_reward_scorer
@@ -70,6 +72,10 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     optimizer, scheduler = optimizer_from_config(policy.parameters(), config.optim, t.steps)
     sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k)
     settings = UpdateSettings.from_config(config, dist)
+    sample_options = dict(on_failure=config.verifier.on_failure, success_threshold=config.verifier.success_threshold,
+                          overlong=algo.overlong, max_new_tokens=gen.max_new_tokens,
+                          overlong_buffer=algo.overlong_buffer, overlong_penalty=algo.overlong_penalty)
+    encode_solution = solution_encoder(tokenizer)
 
     tracker = open_tracker(config, run_dir, dist)
     alarms = Alarms(config.log.alarm_patience, window=config.log.divergence_window)
@@ -99,17 +105,24 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             rewards = [r for g in groups for r in g.rewards]
             error_frac = verifier_errors.update(
                 step, rewards, lambda i: config.verifier.name or groups[i // t.group_size].problem.verifier)
-            samples = sample_tensors(
-                groups, on_failure=config.verifier.on_failure, success_threshold=config.verifier.success_threshold,
-                overlong=algo.overlong, max_new_tokens=gen.max_new_tokens, overlong_buffer=algo.overlong_buffer,
-                overlong_penalty=algo.overlong_penalty,
-            )
-            batch = collate(groups, engine.pad_id).to(device)
+            samples = sample_tensors(groups, **sample_options)  # the policy's own samples: what the step logs
+
+            # ---- 1b. guidance: gold solutions into the groups that got nothing right (optional) --
+            trained, guidance = groups, None
+            if algo.guidance == "solution":
+                guidance = guide_with_solutions(groups, runner, encode=encode_solution, verifier=config.verifier.name,
+                                                options=config.verifier.options, max_new_tokens=gen.max_new_tokens,
+                                                threshold=config.verifier.success_threshold, copies=algo.guidance_samples)
+                trained = guidance.groups
+            trained_samples = sample_tensors(trained, **sample_options) if guidance and guidance.rows else samples
+            batch = collate(trained, engine.pad_id).to(device)
             update_start = time.perf_counter()
             call_optional(engine, "sleep")  # an engine with a sleep mode frees its memory for the update
+            if guidance is not None:
+                policy_logprobs_of_rows(policy, batch, guidance.rows, t.micro_batch_size, gen.temperature)
 
             # ---- 2. reference, rewards -> advantages ------------------------------------------
-            scores = samples.scores
+            scores = trained_samples.scores
             seq_kl = None
             if algo.beta > 0:
                 batch.ref_logp = reference_logprobs(reference, batch, t.micro_batch_size, gen.temperature)
@@ -118,9 +131,9 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                 kl_tokens = KL_ESTIMATORS[algo.kl_estimator](batch.old_logp, batch.ref_logp) * batch.response_mask
                 seq_kl = kl_tokens.sum(dim=1).view_as(scores).cpu()
                 scores = scores - algo.beta * seq_kl
-            advantages = ADVANTAGE_ESTIMATORS[algo.advantage](scores, samples.valid)
+            advantages = ADVANTAGE_ESTIMATORS[algo.advantage](scores, trained_samples.valid)
             batch.advantages = advantages.flatten().to(device)
-            keep = (samples.valid.float() * samples.loss_weight).flatten().to(device)
+            keep = (trained_samples.valid.float() * trained_samples.loss_weight).flatten().to(device)
             batch.response_mask = batch.response_mask * keep[:, None]
 
             # ---- 3. policy update --------------------------------------------------------------
@@ -134,6 +147,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
 
             # ---- 5. metrics, alarms ------------------------------------------------------------
             metrics = step_metrics(groups, samples, rollout, update, seq_kl, mixed=len(suites) > 1)
+            metrics.update(guidance.metrics() if guidance is not None else {})
             metrics.update({
                 "verify/error_frac": error_frac,
                 "train/lr": scheduler.get_last_lr()[0],

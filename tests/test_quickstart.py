@@ -43,7 +43,7 @@ def test_quickstart_improves_held_out_accuracy(tmp_path):
                             capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["eval_problems"] >= 200 and summary["steps"] == 600
+    assert summary["eval_problems"] >= 200 and summary["steps"] == load_packaged("quickstart.yaml")["train"]["steps"]
     assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.15, summary
     assert "before GRPO" in result.stdout and "after" in result.stdout
     for name in ("config.yaml", "metrics.jsonl", "metrics.png", "final/model.safetensors", "sft/final/model.safetensors"):
