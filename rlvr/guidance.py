@@ -52,11 +52,15 @@ class Guidance:
 
 
 def solution_encoder(tokenizer) -> Callable[[str], list[int]]:
-    """Solution text -> completion token ids, as SFT builds its targets (no special tokens, then EOS)."""
+    """Solution text -> completion token ids, as SFT builds its targets (no special tokens, then EOS);
+    each distinct solution is tokenised once per run (the same problems come back epoch after epoch)."""
     eos = tokenizer.eos_token_id
+    cache: dict[str, list[int]] = {}
 
     def encode(text: str) -> list[int]:
-        return tokenizer(text, add_special_tokens=False)["input_ids"] + [eos]
+        if text not in cache:
+            cache[text] = tokenizer(text, add_special_tokens=False)["input_ids"] + [eos]
+        return list(cache[text])
 
     return encode
 
