@@ -1,6 +1,7 @@
 """Per-phase time split of a GRPO step on the tiny model (CPU by default).
 
-    python benchmarks/step_time.py [--steps 30] [--device cpu] [--shape quickstart|trl] [--engine hf|vllm ...] [--roofline]
+    python benchmarks/step_time.py [--steps 30] [--device cpu] [--shape quickstart|trl] [--engine hf|vllm ...]
+                                   [--forward auto|hf ...] [--roofline]
 
 Shapes (both start from the quickstart's SFT warm start, ~0.30 greedy accuracy, so that groups have
 reward variance and the update does real work; a random model's groups are all zero, and at beta 0
@@ -34,7 +35,7 @@ SHAPES = {
 
 
 def run(shape: str, steps: int, device: str, beta: float, threads: int | None, warmup: int = 3,
-        engine: str = "hf", with_roofline: bool = False) -> dict[str, float]:
+        engine: str = "hf", with_roofline: bool = False, forward: str = "auto") -> dict[str, float]:
     from benchmarks.vs_trl import TASK_OPTIONS, build_sft_model
     from rlvr import grpo
     from rlvr.config import RunConfig, build_config
@@ -46,7 +47,7 @@ def run(shape: str, steps: int, device: str, beta: float, threads: int | None, w
         model = build_sft_model(Path(tmp) / "model", seed=0, layers=spec["layers"], threads=threads or 2)
         n_params = sum(p.numel() for p in load_policy(model).parameters())
         config = build_config(RunConfig, {
-            "out": str(Path(tmp) / "run"), "model": {"path": str(model)},
+            "out": str(Path(tmp) / "run"), "model": {"path": str(model), "forward": forward},
             "data": [{"task": "arithmetic", "options": TASK_OPTIONS}],
             "generation": {"max_new_tokens": spec["new_tokens"]}, "engine": {"name": engine},
             "algorithm": {"preset": "grpo", "beta": beta},
@@ -65,11 +66,13 @@ def run(shape: str, steps: int, device: str, beta: float, threads: int | None, w
                               "response/length_max")}
         median["params"] = n_params
         if with_roofline:
-            median["roofline"] = roofline(model, spec, completion_len=round(median["response/length_max"]), device=device)
+            median["roofline"] = roofline(model, spec, completion_len=round(median["response/length_max"]), device=device,
+                                          forward=forward)
     return median
 
 
-def roofline(model_path: Path, spec: dict, *, completion_len: int, device: str, prompt_len: int = 8) -> dict[str, float]:
+def roofline(model_path: Path, spec: dict, *, completion_len: int, device: str, prompt_len: int = 8,
+             forward: str = "auto") -> dict[str, float]:
     """The policy's forward + backward over one step's batch (``prompts`` x ``group`` rows of a
     ``prompt_len``-token prompt and a ``completion_len``-token completion, prompts shared as the
     trainer shares them): FLOPs counted by ``torch.utils.flop_counter``, median time, achieved FLOP/s,
@@ -81,7 +84,7 @@ def roofline(model_path: Path, spec: dict, *, completion_len: int, device: str, 
     from rlvr.logprobs import completion_logprobs
     from rlvr.models import load_policy
 
-    policy = load_policy(model_path).to(device).train()
+    policy = load_policy(model_path, forward=forward).to(device).train()
     rows = spec["prompts"] * spec["group"]
     generator = torch.Generator().manual_seed(0)
     prompts = torch.randint(3, 15, (spec["prompts"], prompt_len), generator=generator).repeat_interleave(spec["group"], 0)
@@ -142,14 +145,20 @@ def main(argv: list[str] | None = None) -> int:
                         "measured matmul peak of the same machine for the same shapes")
     parser.add_argument("--threads", type=int, action="append",
                         help="torch CPU threads; repeat to compare (e.g. --threads 1 --threads 2); default: torch's")
+    parser.add_argument("--forward", choices=["auto", "hf"], action="append",
+                        help="model.forward: auto (rlvr's shared-prompt forward) or hf (the model's own); repeat to "
+                        "compare; default: auto")
     args = parser.parse_args(argv)
     for shape in args.shape or list(SHAPES):
         step_ms = {}
-        for engine, threads in [(e, t) for e in args.engine or ["hf"] for t in args.threads or [None]]:
-            m = run(shape, args.steps, args.device, args.beta, threads, engine=engine, with_roofline=args.roofline)
+        variants = [(e, t, f) for e in args.engine or ["hf"] for t in args.threads or [None] for f in args.forward or ["auto"]]
+        for engine, threads, forward in variants:
+            m = run(shape, args.steps, args.device, args.beta, threads, engine=engine, with_roofline=args.roofline,
+                    forward=forward)
             spec = SHAPES[shape]
             print(f"\n{shape}: {spec['prompts']} prompts x {spec['group']} samples, {spec['new_tokens']} new tokens, "
-                  f"{m['params'] / 1e6:.2f}M parameters, beta {args.beta}, engine {engine}, threads {threads or 'default'}, "
+                  f"{m['params'] / 1e6:.2f}M parameters, beta {args.beta}, engine {engine}, forward {forward}, "
+                  f"threads {threads or 'default'}, "
                   f"device {args.device}, median of {args.steps} steps")
             for phase in ("generate", "verify", "update"):
                 seconds = m[f"time/{phase}"]
@@ -161,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['achieved'] / 1e9:.1f} GFLOP/s; the pass's biggest matmul {r['shape']} alone "
                       f"{r['shape_peak'] / 1e9:.1f} GFLOP/s ({r['achieved'] / r['shape_peak']:.0%} of it); 2048^3 matmul "
                       f"{r['machine_peak'] / 1e9:.1f} GFLOP/s ({r['achieved'] / r['machine_peak']:.0%} of it)")
-            step_ms[f"engine={engine} threads={threads}"] = m["time/step"] * 1e3
+            step_ms[f"engine={engine} threads={threads} forward={forward}"] = m["time/step"] * 1e3
         if len(step_ms) > 1:
             base = next(iter(step_ms))
             print(f"  step time relative to {base}: " + ", ".join(f"{k}: {v / step_ms[base]:.2f}x" for k, v in step_ms.items()))

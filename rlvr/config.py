@@ -93,6 +93,9 @@ class ModelConfig(Section):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     lora: Optional[LoraConfig] = Field(None, description="train LoRA adapters instead of all weights")
     gradient_checkpointing: bool = False
+    forward: Literal["auto", "hf"] = Field(
+        "auto", description="auto: rlvr's shared-prompt forward (rlvr/fast_forward.py) for the architectures it "
+        "supports (llama, mistral, qwen2), the model's own otherwise; hf: always the model's own (transformers) forward")
 
 
 class TaskConfig(Section):

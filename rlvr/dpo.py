@@ -108,8 +108,9 @@ def train(config: DPOConfig, *, overwrite: bool = False) -> dict[str, Any]:
         print(f"{len(train_data)} training pairs, {len(eval_data)} held-out pairs", flush=True)
     lora = config.model.lora.model_dump() if config.model.lora is not None else None
     policy = load_policy(config.model.path, dtype=config.model.dtype, device=str(device), lora=lora,
-                         gradient_checkpointing=config.model.gradient_checkpointing)
-    reference = Reference(policy, needed=True, path=config.model.path, dtype=config.model.dtype, device=str(device))
+                         gradient_checkpointing=config.model.gradient_checkpointing, forward=config.model.forward)
+    reference = Reference(policy, needed=True, path=config.model.path, dtype=config.model.dtype, device=str(device),
+                          forward=config.model.forward)
     pad_id = tokenizer.pad_token_id
     total_steps = max(1, math.ceil(t.epochs * len(train_data) / t.batch_size))
     optimizer, scheduler = optimizer_from_config(policy.parameters(), config.optim, total_steps)

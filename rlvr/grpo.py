@@ -66,7 +66,8 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     eval_suites = drop_overlong_prompts(eval_suites, encode, context, _eval_max_new_tokens(config), gen.overlong_prompts)
     sampler = RankSampler(ProblemSampler(suites, weights, seed=t.seed), dist.rank, dist.world_size)
     policy = load_run_policy(config.model, device, checkpoint)
-    reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device))
+    reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device),
+                          forward=config.model.forward)
     engine, sync = start_engine(config.engine, policy, tokenizer, dtype=config.model.dtype, context=context)
     scorer = build_reward_scorer(config, device, tokenizer)  # a learned reward model, when configured
     optimizer, scheduler = optimizer_from_config(policy.parameters(), config.optim, t.steps)

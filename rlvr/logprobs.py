@@ -4,7 +4,8 @@ Rows that share a prompt (the G samples of a group; a DPO pair's chosen and reje
 its forward pass: the distinct prompts run once, their key/value cache is indexed out to the rows
 (``index_select``, whose backward sums each row's gradient into its prompt), and only the
 completions run per row. That is the same function of the weights as running every row whole, with
-fewer tokens through the model (:func:`completion_logits`).
+fewer tokens through the model (:func:`completion_logits`). Models that :mod:`rlvr.fast_forward`
+supports run its shared-prompt forward for this (the prompts' keys are not even copied per row).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import inspect
 
 import torch
 
+from rlvr import fast_forward
 from rlvr.algorithms.losses import entropy_from_log_probs
+from rlvr.models import training_with_checkpointing
 
 
 def completion_logprobs(
@@ -54,14 +57,18 @@ def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     When rows share prompts (same ids, same padding; at most 3/4 of the rows' prompts distinct), the
     distinct prompts run once with a KV cache and the rows' completions run on top of their prompt's
     cache; otherwise (or where a cache cannot be used: a model training with gradient checkpointing)
-    every row runs whole.
+    every row runs whole. Rows in equal runs of one prompt (a group's G samples, a DPO pair) on a
+    model that :mod:`rlvr.fast_forward` supports run its shared-prompt forward instead.
     """
     width = input_ids.shape[1] - completion_len
     prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1)
     distinct, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)
     # Two passes cost more fixed overhead than one: share only when it saves a quarter of the prompts.
-    if width == 0 or 4 * len(distinct) > 3 * len(input_ids) or _checkpointing(model):
+    if width == 0 or 4 * len(distinct) > 3 * len(input_ids) or training_with_checkpointing(model):
         return _whole_rows(model, input_ids, attention_mask, completion_len)
+    order = _group_order(row_prompt, len(distinct))
+    if order is not None and fast_forward.supports(model):
+        return _fast_shared_prompts(model, distinct[order], input_ids[:, width:], completion_len)
     prompt_mask = distinct[:, width:]
     head = model(input_ids=distinct[:, :width], attention_mask=prompt_mask, position_ids=position_ids(prompt_mask),
                  use_cache=True, logits_to_keep=1)
@@ -79,21 +86,35 @@ def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     return torch.cat([first, tail.logits], dim=1)
 
 
+def _group_order(row_prompt: torch.Tensor, num_prompts: int) -> torch.Tensor | None:
+    """The distinct prompts in row order when rows come in equal runs of one prompt each (G
+    samples of a group; a DPO pair), else None."""
+    if len(row_prompt) % num_prompts:
+        return None
+    runs = row_prompt.view(num_prompts, -1)
+    if not bool((runs == runs[:, :1]).all()) or len(torch.unique(runs[:, 0])) != num_prompts:
+        return None
+    return runs[:, 0]
+
+
+def _fast_shared_prompts(model, prompts: torch.Tensor, completions: torch.Tensor, completion_len: int) -> torch.Tensor:
+    """:func:`completion_logits` by :mod:`rlvr.fast_forward`: ``prompts`` ``[D, 2W]`` (ids | mask) in
+    row order, ``completions`` ``[B, T]``."""
+    width = prompts.shape[1] // 2
+    group = len(completions) // len(prompts)
+    weights = fast_forward.FusedWeights(model)
+    last, cache = fast_forward.encode_prompts(model, prompts[:, :width], prompts[:, width:], group, weights)
+    first = last[:, None].expand(-1, group, -1).reshape(len(completions), 1, -1)  # backward: a sum over the group
+    if completion_len == 1:
+        return first
+    tail = fast_forward.forward_rows(model, completions[:, : completion_len - 1], cache, weights=weights)
+    return torch.cat([first, tail], dim=1)
+
+
 def _whole_rows(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
                 logits_to_keep=completion_len + 1, use_cache=False)
     return out.logits[:, :-1]
-
-
-def _checkpointing(model) -> bool:
-    """A model training with activation checkpointing turns its cache off: it cannot share prompts."""
-    if not model.training:
-        return False
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # the new name, then the old one
-        value = getattr(model, name, None)
-        if value is not None:
-            return bool(value)
-    return False
 
 
 def output_cache(output):

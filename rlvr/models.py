@@ -77,15 +77,18 @@ def load_policy(
     lora: dict[str, Any] | None = None,
     gradient_checkpointing: bool = False,
     adapter_path: str | Path | None = None,
+    forward: str = "auto",
 ):
     """The trainable policy: all weights, or LoRA adapters when ``lora`` is given.
 
     ``lora`` holds peft ``LoraConfig`` fields (``r``, ``alpha``, ``dropout``, ``target_modules``).
-    ``adapter_path`` reloads saved adapters (resume).
+    ``adapter_path`` reloads saved adapters (resume). ``forward="hf"`` keeps every pass on the model's
+    own forward (``model.forward``; see :mod:`rlvr.fast_forward`).
     """
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(check_model_folder(path)), dtype=resolve_dtype(dtype)).to(device)
+    _choose_forward(model, forward)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
@@ -119,7 +122,28 @@ def load_run_policy(model_config, device, checkpoint: Path | None):
     else:
         path, adapter = model_config.path, Path(checkpoint) / "model"
     return load_policy(path, dtype=model_config.dtype, device=str(device), lora=lora,
-                       gradient_checkpointing=model_config.gradient_checkpointing, adapter_path=adapter)
+                       gradient_checkpointing=model_config.gradient_checkpointing, adapter_path=adapter,
+                       forward=model_config.forward)
+
+
+def _choose_forward(model, forward: str) -> None:
+    from rlvr import fast_forward
+
+    if forward == "hf":
+        fast_forward.use_model_forward(model)
+    elif forward != "auto":
+        raise ValueError(f"model.forward must be 'auto' or 'hf', got {forward!r}")
+
+
+def training_with_checkpointing(model) -> bool:
+    """A model training with activation checkpointing: its forward keeps no KV cache."""
+    if not model.training:
+        return False
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # the new name, then the old one
+        value = getattr(model, name, None)
+        if value is not None:
+            return bool(value)
+    return False
 
 
 def is_lora(model) -> bool:
@@ -133,13 +157,15 @@ class Reference:
     live policy: a resumed run's policy has already moved, and a copy of it would be the wrong anchor.
     """
 
-    def __init__(self, policy, *, needed: bool, path: str | Path, dtype: str = "float32", device: str = "cpu"):
+    def __init__(self, policy, *, needed: bool, path: str | Path, dtype: str = "float32", device: str = "cpu",
+                 forward: str = "auto"):
         self.needed = needed
         self._frozen = None
         if needed and not is_lora(policy):
             from transformers import AutoModelForCausalLM
 
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype)).to(device)
+            _choose_forward(model, forward)
             self._frozen = model.eval().requires_grad_(False)
         self._policy = policy
 

@@ -85,7 +85,8 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                           lora=config.model.lora.model_dump() if config.model.lora else None,
                           resume_from=checkpoint / "critic" if checkpoint else None,
                           gradient_checkpointing=config.model.gradient_checkpointing)
-    reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device))
+    reference = Reference(policy, needed=algo.beta > 0, path=config.model.path, dtype=config.model.dtype, device=str(device),
+                          forward=config.model.forward)
     engine, sync = start_engine(config.engine, policy, tokenizer, dtype=config.model.dtype, context=context)
     scorer = build_reward_scorer(config, device, tokenizer)  # a learned reward model, when configured
     optimizer, scheduler, critic_optimizer, critic_scheduler = _optimizers(config, policy, critic)

@@ -141,7 +141,7 @@ def load_reward_backbone(config: RewardModelConfig, tokenizer, device: str, adap
     if config.head == "logprob":
         full = adapter_or_weights if adapter_or_weights is not None and lora is None else config.model.path
         return load_policy(full, dtype=dtype, device=device, lora=lora, adapter_path=adapter_or_weights if lora else None,
-                           gradient_checkpointing=config.model.gradient_checkpointing)
+                           gradient_checkpointing=config.model.gradient_checkpointing, forward=config.model.forward)
     from transformers import AutoModelForSequenceClassification
 
     source = adapter_or_weights if adapter_or_weights is not None and lora is None else config.model.path

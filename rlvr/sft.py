@@ -139,7 +139,7 @@ def train(config: SFTConfig, *, overwrite: bool = False) -> dict[str, Any]:
     tokenizer = load_tokenizer(config.model.path)
     lora = config.model.lora.model_dump() if config.model.lora is not None else None
     model = load_policy(config.model.path, dtype=config.model.dtype, device=str(device), lora=lora,
-                        gradient_checkpointing=config.model.gradient_checkpointing)
+                        gradient_checkpointing=config.model.gradient_checkpointing, forward=config.model.forward)
     data = _tokenize(tokenizer, sources)
     optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, config.train.steps)
     tracker = open_tracker(config, run_dir, dist)

@@ -58,7 +58,7 @@ def test_a_shared_prompt_gets_the_summed_gradient_of_its_rows(policy):
         return [p.grad.clone() for p in policy.parameters()]
 
     for shared, whole in zip(grads(completion_logits), grads(_whole_rows)):
-        torch.testing.assert_close(shared, whole, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(shared, whole, rtol=1e-4, atol=1e-4)  # gradients up to ~30: fp32 rounding
 
 
 def test_one_completion_token_needs_no_second_pass_and_distinct_prompts_run_whole(policy):

@@ -75,8 +75,16 @@ def test_quickstart_with_ppo_learns_with_a_critic(tmp_path):
     for name in ("final/model.safetensors", "final_critic/value_head.safetensors", "metrics.png"):
         assert (tmp_path / name).is_file(), name
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    explained = [r["critic/explained_variance"] for r in records if r["step"] > 100]
-    assert sum(explained) / len(explained) > 0.02  # the critic learns to explain some of the returns (0.06 measured)
+    late = [r for r in records if r["step"] > 100]
+    first = [r for r in records if 1 <= r["step"] <= 10]
+    mean = lambda rows, key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
+    # The critic follows the returns as the policy improves: its mean value matches the mean return of
+    # steps 101-150 (measured gaps 0.004-0.005, from 0.054 over the first ten steps) while the return
+    # itself moved by 0.10-0.14. Explained variance over those steps is too trajectory-dependent for a
+    # threshold: 0.025 and 0.001 on two runs that differ only in float rounding from step 24 on.
+    assert mean(late, "critic/returns_mean") - mean(first, "critic/returns_mean") > 0.05
+    assert abs(mean(late, "critic/values_mean") - mean(late, "critic/returns_mean")) < 0.02
+    assert mean(late, "critic/explained_variance") > -0.01
 
 
 @pytest.mark.slow

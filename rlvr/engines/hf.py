@@ -5,7 +5,8 @@ weights to push after an update. Each distinct prompt is prefilled once and its 
 to its n samples; then one token per step for every sequence, sampled as ``transformers``'
 ``generate`` samples (temperature, then top-k, then top-p), without its per-step machinery. The
 log-probability of each chosen token under the full tempered distribution is recorded as it is
-drawn, keeping no step's logits beyond the current one.
+drawn, keeping no step's logits beyond the current one. A model that :mod:`rlvr.fast_forward`
+supports decodes with its shared-prompt forward (a prompt's keys held once, not per sample).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Sequence
 
 import torch
 
+from rlvr import fast_forward
 from rlvr.engines.base import Completion, SamplingParams, eos_token_ids
 from rlvr.logprobs import cache_argument, output_cache, position_ids
 
@@ -103,32 +105,53 @@ class HFEngine:
                 sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
         """``(tokens, logp)``, each ``[P * n, T_new]`` grouped by prompt; rows that have finished
         carry the pad id after their end-of-sequence token."""
+        if fast_forward.supports(self.model):
+            step = self._fast_steps(input_ids, attention_mask, n, sampling.max_new_tokens)
+        else:
+            step = self._model_steps(input_ids, attention_mask, n)
+        logits = next(step)
+        eos = torch.tensor(self.eos_ids, device=input_ids.device)
+        finished = torch.zeros(len(logits), dtype=torch.bool, device=input_ids.device)
+        tokens, logprobs = [], []
+        for index in range(sampling.max_new_tokens):
+            token, logp = sample_next(logits, sampling)
+            token = token.masked_fill(finished, self.pad_id)
+            tokens.append(token)
+            logprobs.append(logp)
+            finished |= torch.isin(token, eos)
+            if index + 1 == sampling.max_new_tokens or bool(finished.all()):
+                break
+            logits = step.send(token)
+        step.close()
+        return torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)
+
+    def _fast_steps(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, max_new: int):
+        """A generator of next-token logits ``[P * n, V]``: first after the prompts, then after each
+        token sent in (:mod:`rlvr.fast_forward`)."""
+        weights = fast_forward.FusedWeights(self.model)
+        last, prompts = fast_forward.encode_prompts(self.model, input_ids, attention_mask, n, weights)
+        rows = fast_forward.RowCache.empty(self.model, prompts, capacity=max_new)
+        token = yield last.repeat_interleave(n, dim=0)
+        while True:
+            token = yield fast_forward.forward_rows(self.model, token[:, None], prompts, rows, weights)[:, -1]
+
+    def _model_steps(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int):
+        """:meth:`_fast_steps` by the model's own forward and KV cache (each prompt's copied n times)."""
         positions = position_ids(attention_mask)
         prefill = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
                              use_cache=True, logits_to_keep=1)
         rows = torch.arange(len(input_ids), device=input_ids.device).repeat_interleave(n)
         cache = output_cache(prefill)
         cache.reorder_cache(rows)  # each prompt's cache, once per sample
-        logits = prefill.logits[rows, -1]
         attention_mask = attention_mask[rows]
         next_position = positions[rows, -1:] + 1
-        eos = torch.tensor(self.eos_ids, device=input_ids.device)
-        finished = torch.zeros(len(rows), dtype=torch.bool, device=input_ids.device)
-        tokens, logprobs = [], []
-        for step in range(sampling.max_new_tokens):
-            token, logp = sample_next(logits, sampling)
-            token = token.masked_fill(finished, self.pad_id)
-            tokens.append(token)
-            logprobs.append(logp)
-            finished |= torch.isin(token, eos)
-            if step + 1 == sampling.max_new_tokens or bool(finished.all()):
-                break
+        token = yield prefill.logits[rows, -1]
+        while True:
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
             out = self.model(input_ids=token[:, None], attention_mask=attention_mask, position_ids=next_position,
                              use_cache=True, **{cache_argument(self.model): cache})
-            logits = out.logits[:, -1]
             next_position = next_position + 1
-        return torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)
+            token = yield out.logits[:, -1]
 
     def _to_groups(self, new_tokens: torch.Tensor, logprobs: torch.Tensor, num_prompts: int, n: int, max_new: int) -> list[list[Completion]]:
         is_eos = torch.isin(new_tokens, torch.tensor(self.eos_ids))

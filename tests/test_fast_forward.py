@@ -1,0 +1,163 @@
+"""rlvr's shared-prompt forward computes the model's own forward: logits, gradients and decoding.
+
+Exactness is checked in float64, where two implementations of the same function agree to ~1e-12 and
+any real difference (a wrong mask, position or head layout) shows as ~1e-3; float32 is checked to
+its rounding. Each architecture family it supports is covered: Llama (the tiny model), and Qwen2
+with grouped-query attention and q/k/v biases.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from rlvr import fast_forward
+from rlvr.engines import HFEngine, SamplingParams
+from rlvr.logprobs import completion_logits
+from rlvr.models import load_policy, load_tokenizer
+
+
+def _qwen2_gqa(seed: int = 0):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=64, use_sliding_window=False, pad_token_id=0)
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config)
+
+
+@pytest.fixture(params=["llama", "qwen2-gqa-bias"])
+def model(request, tiny_model):
+    torch.manual_seed(0)
+    m = load_policy(tiny_model) if request.param == "llama" else _qwen2_gqa()
+    with torch.no_grad():  # sharper logits than a random init's: differences cannot hide in a flat softmax
+        for p in m.parameters():
+            p.mul_(2.0)
+    return m.double().train()
+
+
+def _own_forward(model):
+    twin = copy.deepcopy(model)
+    fast_forward.use_model_forward(twin)
+    return twin
+
+
+def _batch(vocab: int, prompts: int = 3, group: int = 4, width: int = 6, length: int = 5):
+    """Left-padded prompts of different lengths (one of them full width), each repeated ``group``
+    times, with right-padded completions of different lengths (one empty)."""
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, vocab, (prompts * group, width + length), generator=generator)
+    mask = torch.ones_like(ids)
+    for p in range(prompts):
+        pad = [2, 0, 4][p % 3]
+        rows = slice(p * group, (p + 1) * group)
+        ids[rows, :width] = ids[p * group, :width]
+        ids[rows, :pad] = 0
+        mask[rows, :pad] = 0
+    for row, done in enumerate([5, 3, 0, 1] * prompts):
+        mask[row, width + done :] = 0
+    return ids, mask, length
+
+
+def test_supported_models_are_recognised_and_others_fall_back(tiny_model):
+    from peft import LoraConfig, get_peft_model
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    policy = load_policy(tiny_model)
+    assert fast_forward.supports(policy) and fast_forward.supports(_qwen2_gqa())
+    assert not fast_forward.supports(load_policy(tiny_model, forward="hf"))  # model.forward: hf
+    assert not fast_forward.supports(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=30)))
+    assert not fast_forward.supports(get_peft_model(load_policy(tiny_model), LoraConfig(r=2, target_modules=["q_proj"])))
+    checkpointed = load_policy(tiny_model, gradient_checkpointing=True).train()
+    assert not fast_forward.supports(checkpointed) and fast_forward.supports(checkpointed.eval())
+    with pytest.raises(ValueError, match="model.forward"):
+        load_policy(tiny_model, forward="fast")
+
+
+def test_shared_prompt_logits_and_gradients_equal_the_models_own_forward(model):
+    ids, mask, length = _batch(model.config.vocab_size)
+    scored = mask[:, -length:].bool()
+    weights = torch.linspace(-1.0, 2.0, ids.numel() // ids.shape[1] * length, dtype=torch.float64).view(len(ids), length)
+    results = []
+    for m in (model, _own_forward(model)):
+        m.zero_grad()
+        logits = completion_logits(m, ids, mask, length)
+        logp = torch.log_softmax(logits, -1).gather(2, ids[:, -length:, None]).squeeze(-1)
+        (logp * weights * scored).sum().backward()
+        results.append((logits.detach(), [p.grad.clone() for p in m.parameters()]))
+    (fast, fast_grads), (own, own_grads) = results
+    assert torch.isfinite(fast).all()  # padded query rows attend uniformly, never to nothing (NaN)
+    torch.testing.assert_close(fast[scored], own[scored], rtol=1e-10, atol=1e-10)
+    for a, b in zip(fast_grads, own_grads):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+def test_decoding_a_token_at_a_time_equals_one_pass_over_the_rows(model):
+    ids, mask, length = _batch(model.config.vocab_size)
+    width, group = ids.shape[1] - length, 4
+    prompts, prompt_mask = ids[::group, :width], mask[::group, :width]
+    with torch.no_grad():
+        weights = fast_forward.FusedWeights(model)
+        first, cache = fast_forward.encode_prompts(model, prompts, prompt_mask, group, weights)
+        whole = fast_forward.forward_rows(model, ids[:, width:], cache, weights=weights)
+        rows = fast_forward.RowCache.empty(model, cache, capacity=length)
+        steps = [fast_forward.forward_rows(model, ids[:, width + t : width + t + 1], cache, rows, weights) for t in range(length)]
+    assert rows.length == length
+    torch.testing.assert_close(torch.cat(steps, dim=1), whole, rtol=1e-10, atol=1e-10)
+    own = _own_forward(model)
+    with torch.no_grad():
+        reference = completion_logits(own, ids, mask, length)
+    torch.testing.assert_close(first.repeat_interleave(group, 0), reference[:, 0], rtol=1e-10, atol=1e-10)
+
+
+def test_rows_not_in_equal_runs_of_a_prompt_are_refused_by_the_rows_pass(model):
+    ids, mask, length = _batch(model.config.vocab_size)
+    width = ids.shape[1] - length
+    _, cache = fast_forward.encode_prompts(model, ids[::4, :width], mask[::4, :width], group=4)
+    with pytest.raises(ValueError, match="11 rows for 3 prompts x 4"):
+        fast_forward.forward_rows(model, ids[:11, width:], cache)
+
+
+def test_rows_in_any_order_share_prompts_exactly(model):
+    ids, mask, length = _batch(model.config.vocab_size)
+    order = torch.tensor([4, 5, 6, 7, 0, 1, 2, 3, 8, 9, 10, 11])  # groups in another order: still runs of 4
+    scattered = torch.tensor([0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11])  # interleaved: the model's own path
+    own = _own_forward(model)
+    with torch.no_grad():
+        for rows in (order, scattered):
+            scored = mask[rows, -length:].bool()
+            torch.testing.assert_close(completion_logits(model, ids[rows], mask[rows], length)[scored],
+                                       completion_logits(own, ids[rows], mask[rows], length)[scored], rtol=1e-10, atol=1e-10)
+
+
+def test_the_engine_decodes_what_the_models_own_forward_decodes(tiny_model):
+    tokenizer = load_tokenizer(tiny_model)
+    fast, own = (HFEngine(load_policy(tiny_model, forward=f).double(), tokenizer) for f in ("auto", "hf"))
+    prompts = [tokenizer.encode("12+3="), tokenizer.encode("7+45=")]
+    for sampling in (SamplingParams(max_new_tokens=6, greedy=True), SamplingParams(max_new_tokens=6, temperature=0.8)):
+        torch.manual_seed(3)
+        a = fast.generate(prompts, n=3, sampling=sampling)
+        torch.manual_seed(3)
+        b = own.generate(prompts, n=3, sampling=sampling)
+        for group_a, group_b in zip(a, b):
+            for x, y in zip(group_a, group_b):
+                assert x.token_ids == y.token_ids and x.finish_reason == y.finish_reason
+                assert x.logprobs == pytest.approx(y.logprobs, abs=1e-9)
+
+
+def test_float32_agrees_to_rounding(tiny_model):
+    model = load_policy(tiny_model)
+    ids, mask, length = _batch(model.config.vocab_size)
+    scored = mask[:, -length:].bool()
+    with torch.no_grad():
+        torch.testing.assert_close(completion_logits(model, ids, mask, length)[scored],
+                                   completion_logits(_own_forward(model), ids, mask, length)[scored], rtol=1e-5, atol=1e-5)
+
+
+def test_short_key_rows_are_padded_for_the_cpu_softmax_without_changing_it():
+    scores = torch.randn(2, 3, 7, dtype=torch.float64)
+    torch.testing.assert_close(fast_forward._softmax(scores), torch.softmax(scores, -1), rtol=1e-12, atol=1e-12)
+    long = torch.randn(2, 20)
+    torch.testing.assert_close(fast_forward._softmax(long), torch.softmax(long, -1))
