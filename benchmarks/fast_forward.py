@@ -76,7 +76,6 @@ def measure(name: str, rounds: int, folder: Path) -> dict[str, tuple[float, floa
     from rlvr.logprobs import completion_logprobs
 
     model, (prompts, samples, width, length) = build_model(name, folder)
-    model.generation_config.eos_token_id = None
     own = copy.deepcopy(model)
     fast_forward.use_model_forward(own)
     if not fast_forward.supports(model):
@@ -91,7 +90,7 @@ def measure(name: str, rounds: int, folder: Path) -> dict[str, tuple[float, floa
 
     def passes(m):
         engine = HFEngine(m, _NoEosTokenizer())
-        engine.eos_ids = []
+        engine.eos_ids = []  # no end of sequence: every row decodes to the limit
 
         def generate():
             engine.generate(prompt_ids.tolist(), samples, sampling)

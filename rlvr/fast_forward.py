@@ -126,21 +126,25 @@ def encode_prompts(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     allowed = causal[None] & real[:, None, :]  # [D, W queries, W keys]
     bias = _bias(allowed, dtype).view(num, 1, 1, 1, width, width)
     cache = PromptCache([], [], _bias(real, dtype).view(num, 1, 1, 1, width), lengths, group)
-    cos, sin = _rotary(model, hidden, positions, groups=(num, 1))
+    tokens = _Tokens(num, width)
+    cos, sin = _rotary(model, hidden, tokens.pack(positions))
+    hidden = tokens.pack(hidden)
     for index in range(weights.num_layers):
-        hidden = _layer(weights, index, hidden, cos, sin, groups=(num, 1), prompt=None, rows=None,
+        hidden = _layer(weights, index, hidden, cos, sin, groups=(num, 1), tokens=tokens, prompt=None, rows=None,
                         own_bias=bias, keep=cache)
-    last = _final_logits(model, hidden[:, -1:])[:, 0]  # left padding: every prompt ends at column W - 1
+    last = _final_logits(model, hidden.view(num, width, -1)[:, -1])  # left padding: every prompt ends at column W - 1
     return last, cache
 
 
 def forward_rows(model, input_ids: torch.Tensor, prompts: PromptCache, rows: RowCache | None = None,
-                 weights: "FusedWeights | None" = None) -> torch.Tensor:
+                 weights: "FusedWeights | None" = None, needed: torch.Tensor | None = None) -> torch.Tensor:
     """Logits ``[B, L, V]`` of the rows' next ``L`` own tokens ``[B, L]`` on top of their prompts.
 
     Without ``rows`` the L tokens are all of a row's own tokens so far (a training pass: causal among
     themselves); with ``rows`` they follow the ``rows.length`` tokens already in its buffer, and are
-    written there (decoding)."""
+    written there (decoding). ``needed`` ``[B, L]`` (training pass only) marks the tokens whose logits
+    are wanted, a prefix of each row: the others (a finished row's padding) are not computed at all
+    (padding-free projections and MLP) and get logits 0."""
     weights = weights or FusedWeights(model)
     num, group = len(prompts.lengths), prompts.group
     count, length = input_ids.shape
@@ -149,18 +153,45 @@ def forward_rows(model, input_ids: torch.Tensor, prompts: PromptCache, rows: Row
     start = rows.length if rows is not None else 0
     steps = torch.arange(start, start + length, device=input_ids.device)
     positions = prompts.lengths.repeat_interleave(group)[:, None] + steps  # [B, L]
-    hidden = model.model.embed_tokens(input_ids)
+    if needed is not None and rows is not None:
+        raise ValueError("forward_rows: `needed` is for a training pass, not for decoding into `rows`")
+    tokens = _Tokens(count, length, needed)
+    hidden = model.model.embed_tokens(tokens.pack(input_ids))
     own_bias = None
     if length > 1:  # causal among the new tokens; every earlier own token is visible
         allowed = torch.ones(length, start + length, dtype=torch.bool, device=input_ids.device).tril(diagonal=start)
         own_bias = _bias(allowed, hidden.dtype)
-    cos, sin = _rotary(model, hidden, positions, groups=(num, group))
+    cos, sin = _rotary(model, hidden, tokens.pack(positions))
     for index in range(weights.num_layers):
-        hidden = _layer(weights, index, hidden, cos, sin, groups=(num, group), prompt=prompts, rows=rows,
+        hidden = _layer(weights, index, hidden, cos, sin, groups=(num, group), tokens=tokens, prompt=prompts, rows=rows,
                         own_bias=own_bias, keep=None)
     if rows is not None:
         rows.length += length
-    return _final_logits(model, hidden)
+    return tokens.unpack(_final_logits(model, hidden))
+
+
+class _Tokens:
+    """The ``[B, L]`` token slots of a pass, held flat ``[N, ...]``: all ``B * L`` of them, or only
+    the ``needed`` ones (projections, MLP and logits run on those; attention unpacks to the grid,
+    where a row's missing tokens come after its needed ones and causal masking keeps them unseen)."""
+
+    def __init__(self, count: int, length: int, needed: torch.Tensor | None = None):
+        self.count, self.length = count, length
+        self.index = None
+        if needed is not None and not bool(needed.all()):
+            self.index = needed.reshape(-1).nonzero().squeeze(1)
+
+    def pack(self, grid: torch.Tensor) -> torch.Tensor:
+        """``[B, L, ...]`` -> ``[N, ...]``."""
+        flat = grid.reshape(self.count * self.length, *grid.shape[2:])
+        return flat if self.index is None else flat.index_select(0, self.index)
+
+    def unpack(self, flat: torch.Tensor) -> torch.Tensor:
+        """``[N, ...]`` -> ``[B, L, ...]``, zeros where a token was not computed."""
+        if self.index is not None:
+            full = flat.new_zeros(self.count * self.length, *flat.shape[1:])
+            flat = full.index_copy(0, self.index, flat)  # its backward reads the computed rows only
+        return flat.view(self.count, self.length, *flat.shape[1:])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,25 +212,27 @@ class FusedWeights:
         self.scale = self.head_dim ** -0.5
 
 
-def _layer(w: FusedWeights, index: int, hidden: torch.Tensor, cos, sin, *, groups: tuple[int, int],
+def _layer(w: FusedWeights, index: int, hidden: torch.Tensor, cos, sin, *, groups: tuple[int, int], tokens: _Tokens,
            prompt: PromptCache | None, rows: RowCache | None, own_bias, keep: PromptCache | None) -> torch.Tensor:
-    """One decoder layer over ``hidden [B, L, hidden]``. Attention runs in the grouped layout
-    ``[D, kv_heads, G, rep * L, d]`` (rep = heads per kv head), where a group's rows meet their
+    """One decoder layer over the pass's tokens ``hidden [N, hidden]``. Attention runs in the grouped
+    layout ``[D, kv_heads, G, rep * L, d]`` (rep = heads per kv head), where a group's rows meet their
     prompt's keys in one matmul."""
     layer = w.layers[index]
     num, group = groups
-    count, length, _ = hidden.shape
+    count, length = tokens.count, tokens.length
     heads, kv, dim = w.heads, w.kv_heads, w.head_dim
     rep = heads // kv
     attn = layer.self_attn
     x = _rms_norm(hidden, layer.input_layernorm)
-    q = _rope(F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(count, length, heads, dim), cos, sin)
-    k = _rope(F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(count, length, kv, dim), cos, sin)
-    v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias)
+    q = _rope(F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(-1, heads, dim), cos, sin)
+    k = _rope(F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(-1, kv, dim), cos, sin)
+    v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(-1, kv, dim)
+    if tokens.index is not None:  # one scatter to the [B, L] grid for all three
+        q, k, v = tokens.unpack(torch.cat([q, k, v], dim=1)).split([heads, kv, kv], dim=2)
     # [B, L, n, d] -> [D, kv, G, n/kv * L, d]: a group's rows side by side under each kv head
-    q = q.view(num, group, length, kv, rep, dim).permute(0, 3, 1, 4, 2, 5).reshape(num, kv, group, rep * length, dim)
-    k = k.view(num, group, length, kv, dim).permute(0, 3, 1, 2, 4)  # [D, kv, G, L, d]
-    v = v.view(num, group, length, kv, dim).permute(0, 3, 1, 2, 4)
+    q = q.reshape(num, group, length, kv, rep, dim).permute(0, 3, 1, 4, 2, 5).reshape(num, kv, group, rep * length, dim)
+    k = k.reshape(num, group, length, kv, dim).permute(0, 3, 1, 2, 4)  # [D, kv, G, L, d]
+    v = v.reshape(num, group, length, kv, dim).permute(0, 3, 1, 2, 4)
     if keep is not None:  # the prompt pass: G = 1, keep [D, kv, W, d]
         keep.keys.append(k[:, :, 0])
         keep.values.append(v[:, :, 0])
@@ -224,8 +257,8 @@ def _layer(w: FusedWeights, index: int, hidden: torch.Tensor, cos, sin, *, group
         out = out + shared.view_as(out)
     else:
         out = torch.matmul(probs, v)
-    # [D, kv, G, rep*L, d] -> [B, L, heads * d]
-    out = out.view(num, kv, group, rep, length, dim).permute(0, 2, 4, 1, 3, 5).reshape(count, length, heads * dim)
+    # [D, kv, G, rep*L, d] -> [B, L, heads * d] -> the pass's tokens
+    out = tokens.pack(out.view(num, kv, group, rep, length, dim).permute(0, 2, 4, 1, 3, 5).reshape(count, length, heads * dim))
     hidden = hidden + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
     mlp = layer.mlp
     x = _rms_norm(hidden, layer.post_attention_layernorm)
@@ -255,10 +288,11 @@ def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
     return norm.weight * h.to(x.dtype)
 
 
-def _rotary(model, hidden: torch.Tensor, positions: torch.Tensor, groups: tuple[int, int]):
-    """cos, sin ``[B, L, 1, d]`` from the model's own rotary module (its scaling included)."""
-    cos, sin = model.model.rotary_emb(hidden, positions)
-    return cos.unsqueeze(2), sin.unsqueeze(2)
+def _rotary(model, hidden: torch.Tensor, positions: torch.Tensor):
+    """cos, sin ``[N, 1, d]`` of the tokens at ``positions [N]``, from the model's own rotary module
+    (its scaling included)."""
+    cos, sin = model.model.rotary_emb(hidden, positions[None])
+    return cos[0].unsqueeze(1), sin[0].unsqueeze(1)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

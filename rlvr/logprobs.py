@@ -68,7 +68,7 @@ def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
         return _whole_rows(model, input_ids, attention_mask, completion_len)
     order = _group_order(row_prompt, len(distinct))
     if order is not None and fast_forward.supports(model):
-        return _fast_shared_prompts(model, distinct[order], input_ids[:, width:], completion_len)
+        return _fast_shared_prompts(model, distinct[order], input_ids[:, width:], attention_mask[:, width:], completion_len)
     prompt_mask = distinct[:, width:]
     head = model(input_ids=distinct[:, :width], attention_mask=prompt_mask, position_ids=position_ids(prompt_mask),
                  use_cache=True, logits_to_keep=1)
@@ -97,9 +97,11 @@ def _group_order(row_prompt: torch.Tensor, num_prompts: int) -> torch.Tensor | N
     return runs[:, 0]
 
 
-def _fast_shared_prompts(model, prompts: torch.Tensor, completions: torch.Tensor, completion_len: int) -> torch.Tensor:
+def _fast_shared_prompts(model, prompts: torch.Tensor, completions: torch.Tensor, completion_mask: torch.Tensor,
+                         completion_len: int) -> torch.Tensor:
     """:func:`completion_logits` by :mod:`rlvr.fast_forward`: ``prompts`` ``[D, 2W]`` (ids | mask) in
-    row order, ``completions`` ``[B, T]``."""
+    row order, ``completions`` and their mask ``[B, T]``. Completion token t runs only if token t + 1
+    is real (its logits predict that token): a row's padding is not computed."""
     width = prompts.shape[1] // 2
     group = len(completions) // len(prompts)
     weights = fast_forward.FusedWeights(model)
@@ -107,7 +109,8 @@ def _fast_shared_prompts(model, prompts: torch.Tensor, completions: torch.Tensor
     first = last[:, None].expand(-1, group, -1).reshape(len(completions), 1, -1)  # backward: a sum over the group
     if completion_len == 1:
         return first
-    tail = fast_forward.forward_rows(model, completions[:, : completion_len - 1], cache, weights=weights)
+    tail = fast_forward.forward_rows(model, completions[:, : completion_len - 1], cache, weights=weights,
+                                     needed=completion_mask[:, 1:completion_len].bool())
     return torch.cat([first, tail], dim=1)
 
 

@@ -161,3 +161,19 @@ def test_short_key_rows_are_padded_for_the_cpu_softmax_without_changing_it():
     torch.testing.assert_close(fast_forward._softmax(scores), torch.softmax(scores, -1), rtol=1e-12, atol=1e-12)
     long = torch.randn(2, 20)
     torch.testing.assert_close(fast_forward._softmax(long), torch.softmax(long, -1))
+
+
+def test_tokens_not_needed_are_not_computed_and_the_rest_are_unchanged(model):
+    ids, mask, length = _batch(model.config.vocab_size)
+    width, group = ids.shape[1] - length, 4
+    with torch.no_grad():
+        _, cache = fast_forward.encode_prompts(model, ids[::group, :width], mask[::group, :width], group)
+        whole = fast_forward.forward_rows(model, ids[:, width:], cache)
+        needed = mask[:, width:].bool()  # a prefix of each row, one row empty
+        packed = fast_forward.forward_rows(model, ids[:, width:], cache, needed=needed)
+        nothing = fast_forward.forward_rows(model, ids[:, width:], cache, needed=torch.zeros_like(needed))
+    torch.testing.assert_close(packed[needed], whole[needed], rtol=1e-10, atol=1e-10)
+    assert (packed[~needed] == 0).all() and (nothing == 0).all()
+    rows = fast_forward.RowCache.empty(model, cache, capacity=length)
+    with pytest.raises(ValueError, match="training pass"):
+        fast_forward.forward_rows(model, ids[:, width : width + 1], cache, rows, needed=needed[:, :1])
