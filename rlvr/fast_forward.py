@@ -1,18 +1,20 @@
 """rlvr's own forward pass for Llama-family causal LMs, built for rows that share a prompt.
 
-A small model's step is spent mostly in per-operator overhead, not arithmetic. This forward computes
-the function of the model's own (transformers) forward with fewer operators and no per-row copies
-of a prompt:
+It computes the function of the model's own (transformers) forward, on the module's own parameters
+(gradients land on them) and with its own rotary embedding, without the per-row copies of a prompt
+and the per-call machinery that cost a small model much of its step:
 
-* one matmul for the q/k/v projections and one for gate/up (their weights concatenated once per
-  call, so gradients reach the model's own parameters); rotary embedding on queries and keys at once;
 * **shared-prompt attention**: the G rows of a group attend to their prompt's keys and values, held
   once per prompt (``[D, kv_heads, W, d]``), never copied per row; a row's scores over its prompt and
   over its own tokens go through one softmax (the same function as attention over the concatenated
   keys), and the gradient of a prompt's keys sums over its rows inside the matmul;
 * a preallocated key/value buffer for the rows' own tokens while decoding;
 * masks as additive biases built once per call (``finfo.min``, never ``-inf``: a padded query row
-  then attends uniformly instead of producing NaN).
+  then attends uniformly instead of producing NaN);
+* in a training pass, a finished row's padding is not computed (``forward_rows(needed=...)``).
+
+Fusing the q/k/v and gate/up projections into one matmul each was measured slower in the backward
+on the CPU and is not done (``benchmarks/README.md``).
 
 Supported: plain ``llama``, ``mistral`` and ``qwen2`` modules (not peft-wrapped, every projection a
 ``torch.nn.Linear``, SiLU MLP, no sliding window, no attention dropout while training, no gradient
@@ -109,13 +111,10 @@ class RowCache:
 # ---------------------------------------------------------------------------------------------
 
 
-def encode_prompts(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, group: int,
-                   weights: "FusedWeights | None" = None) -> tuple[torch.Tensor, PromptCache]:
+def encode_prompts(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, group: int) -> tuple[torch.Tensor, PromptCache]:
     """Run ``D`` left-padded prompts ``[D, W]``; returns the logits of each prompt's last position
-    ``[D, V]`` (they predict its rows' first token) and the prompts' :class:`PromptCache`.
-    ``weights`` (from :class:`FusedWeights`) saves concatenating them again when one call's weights
-    serve several passes."""
-    weights = weights or FusedWeights(model)
+    ``[D, V]`` (they predict its rows' first token) and the prompts' :class:`PromptCache`."""
+    shapes = _Shapes(model)
     num, width = input_ids.shape
     lengths = attention_mask.sum(dim=1)
     positions = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
@@ -129,15 +128,15 @@ def encode_prompts(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     tokens = _Tokens(num, width)
     cos, sin = _rotary(model, hidden, tokens.pack(positions))
     hidden = tokens.pack(hidden)
-    for index in range(weights.num_layers):
-        hidden = _layer(weights, index, hidden, cos, sin, groups=(num, 1), tokens=tokens, prompt=None, rows=None,
+    for index in range(shapes.num_layers):
+        hidden = _layer(shapes, index, hidden, cos, sin, groups=(num, 1), tokens=tokens, prompt=None, rows=None,
                         own_bias=bias, keep=cache)
     last = _final_logits(model, hidden.view(num, width, -1)[:, -1])  # left padding: every prompt ends at column W - 1
     return last, cache
 
 
 def forward_rows(model, input_ids: torch.Tensor, prompts: PromptCache, rows: RowCache | None = None,
-                 weights: "FusedWeights | None" = None, needed: torch.Tensor | None = None) -> torch.Tensor:
+                 needed: torch.Tensor | None = None) -> torch.Tensor:
     """Logits ``[B, L, V]`` of the rows' next ``L`` own tokens ``[B, L]`` on top of their prompts.
 
     Without ``rows`` the L tokens are all of a row's own tokens so far (a training pass: causal among
@@ -145,7 +144,7 @@ def forward_rows(model, input_ids: torch.Tensor, prompts: PromptCache, rows: Row
     written there (decoding). ``needed`` ``[B, L]`` (training pass only) marks the tokens whose logits
     are wanted, a prefix of each row: the others (a finished row's padding) are not computed at all
     (padding-free projections and MLP) and get logits 0."""
-    weights = weights or FusedWeights(model)
+    shapes = _Shapes(model)
     num, group = len(prompts.lengths), prompts.group
     count, length = input_ids.shape
     if count != num * group:
@@ -162,8 +161,8 @@ def forward_rows(model, input_ids: torch.Tensor, prompts: PromptCache, rows: Row
         allowed = torch.ones(length, start + length, dtype=torch.bool, device=input_ids.device).tril(diagonal=start)
         own_bias = _bias(allowed, hidden.dtype)
     cos, sin = _rotary(model, hidden, tokens.pack(positions))
-    for index in range(weights.num_layers):
-        hidden = _layer(weights, index, hidden, cos, sin, groups=(num, group), tokens=tokens, prompt=prompts, rows=rows,
+    for index in range(shapes.num_layers):
+        hidden = _layer(shapes, index, hidden, cos, sin, groups=(num, group), tokens=tokens, prompt=prompts, rows=rows,
                         own_bias=own_bias, keep=None)
     if rows is not None:
         rows.length += length
@@ -199,8 +198,8 @@ class _Tokens:
 # ---------------------------------------------------------------------------------------------
 
 
-class FusedWeights:
-    """The model's layer list and attention shapes, read once per call."""
+class _Shapes:
+    """The model's layer list and attention shapes, read once per pass."""
 
     def __init__(self, model):
         config = model.config
@@ -212,7 +211,7 @@ class FusedWeights:
         self.scale = self.head_dim ** -0.5
 
 
-def _layer(w: FusedWeights, index: int, hidden: torch.Tensor, cos, sin, *, groups: tuple[int, int], tokens: _Tokens,
+def _layer(w: _Shapes, index: int, hidden: torch.Tensor, cos, sin, *, groups: tuple[int, int], tokens: _Tokens,
            prompt: PromptCache | None, rows: RowCache | None, own_bias, keep: PromptCache | None) -> torch.Tensor:
     """One decoder layer over the pass's tokens ``hidden [N, hidden]``. Attention runs in the grouped
     layout ``[D, kv_heads, G, rep * L, d]`` (rep = heads per kv head), where a group's rows meet their

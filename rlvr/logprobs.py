@@ -104,12 +104,11 @@ def _fast_shared_prompts(model, prompts: torch.Tensor, completions: torch.Tensor
     is real (its logits predict that token): a row's padding is not computed."""
     width = prompts.shape[1] // 2
     group = len(completions) // len(prompts)
-    weights = fast_forward.FusedWeights(model)
-    last, cache = fast_forward.encode_prompts(model, prompts[:, :width], prompts[:, width:], group, weights)
+    last, cache = fast_forward.encode_prompts(model, prompts[:, :width], prompts[:, width:], group)
     first = last[:, None].expand(-1, group, -1).reshape(len(completions), 1, -1)  # backward: a sum over the group
     if completion_len == 1:
         return first
-    tail = fast_forward.forward_rows(model, completions[:, : completion_len - 1], cache, weights=weights,
+    tail = fast_forward.forward_rows(model, completions[:, : completion_len - 1], cache,
                                      needed=completion_mask[:, 1:completion_len].bool())
     return torch.cat([first, tail], dim=1)
 

@@ -99,11 +99,10 @@ def test_decoding_a_token_at_a_time_equals_one_pass_over_the_rows(model):
     width, group = ids.shape[1] - length, 4
     prompts, prompt_mask = ids[::group, :width], mask[::group, :width]
     with torch.no_grad():
-        weights = fast_forward.FusedWeights(model)
-        first, cache = fast_forward.encode_prompts(model, prompts, prompt_mask, group, weights)
-        whole = fast_forward.forward_rows(model, ids[:, width:], cache, weights=weights)
+        first, cache = fast_forward.encode_prompts(model, prompts, prompt_mask, group)
+        whole = fast_forward.forward_rows(model, ids[:, width:], cache)
         rows = fast_forward.RowCache.empty(model, cache, capacity=length)
-        steps = [fast_forward.forward_rows(model, ids[:, width + t : width + t + 1], cache, rows, weights) for t in range(length)]
+        steps = [fast_forward.forward_rows(model, ids[:, width + t : width + t + 1], cache, rows) for t in range(length)]
     assert rows.length == length
     torch.testing.assert_close(torch.cat(steps, dim=1), whole, rtol=1e-10, atol=1e-10)
     own = _own_forward(model)

@@ -128,12 +128,11 @@ class HFEngine:
     def _fast_steps(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, max_new: int):
         """A generator of next-token logits ``[P * n, V]``: first after the prompts, then after each
         token sent in (:mod:`rlvr.fast_forward`)."""
-        weights = fast_forward.FusedWeights(self.model)
-        last, prompts = fast_forward.encode_prompts(self.model, input_ids, attention_mask, n, weights)
+        last, prompts = fast_forward.encode_prompts(self.model, input_ids, attention_mask, n)
         rows = fast_forward.RowCache.empty(self.model, prompts, capacity=max_new)
         token = yield last.repeat_interleave(n, dim=0)
         while True:
-            token = yield fast_forward.forward_rows(self.model, token[:, None], prompts, rows, weights)[:, -1]
+            token = yield fast_forward.forward_rows(self.model, token[:, None], prompts, rows)[:, -1]
 
     def _model_steps(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int):
         """:meth:`_fast_steps` by the model's own forward and KV cache (each prompt's copied n times)."""
