@@ -98,7 +98,8 @@ class RowCache:
     length: int = 0  # tokens written
 
     @classmethod
-    def empty(cls, model, prompts: PromptCache, capacity: int) -> "RowCache":
+    def empty(cls, prompts: PromptCache, capacity: int) -> "RowCache":
+        """Buffers for up to ``capacity`` own tokens of each of the prompts' rows."""
         shape = prompts.keys[0].shape
         buffer = (shape[0], shape[1], prompts.group, capacity, shape[3])
         like = prompts.keys[0]
@@ -144,16 +145,16 @@ def forward_rows(model, input_ids: torch.Tensor, prompts: PromptCache, rows: Row
     written there (decoding). ``needed`` ``[B, L]`` (training pass only) marks the tokens whose logits
     are wanted, a prefix of each row: the others (a finished row's padding) are not computed at all
     (padding-free projections and MLP) and get logits 0."""
-    shapes = _Shapes(model)
     num, group = len(prompts.lengths), prompts.group
     count, length = input_ids.shape
     if count != num * group:
         raise ValueError(f"forward_rows: {count} rows for {num} prompts x {group} rows each")
+    if needed is not None and rows is not None:
+        raise ValueError("forward_rows: `needed` is for a training pass, not for decoding into `rows`")
+    shapes = _Shapes(model)
     start = rows.length if rows is not None else 0
     steps = torch.arange(start, start + length, device=input_ids.device)
     positions = prompts.lengths.repeat_interleave(group)[:, None] + steps  # [B, L]
-    if needed is not None and rows is not None:
-        raise ValueError("forward_rows: `needed` is for a training pass, not for decoding into `rows`")
     tokens = _Tokens(count, length, needed)
     hidden = model.model.embed_tokens(tokens.pack(input_ids))
     own_bias = None

@@ -101,7 +101,7 @@ def test_decoding_a_token_at_a_time_equals_one_pass_over_the_rows(model):
     with torch.no_grad():
         first, cache = fast_forward.encode_prompts(model, prompts, prompt_mask, group)
         whole = fast_forward.forward_rows(model, ids[:, width:], cache)
-        rows = fast_forward.RowCache.empty(model, cache, capacity=length)
+        rows = fast_forward.RowCache.empty(cache, capacity=length)
         steps = [fast_forward.forward_rows(model, ids[:, width + t : width + t + 1], cache, rows) for t in range(length)]
     assert rows.length == length
     torch.testing.assert_close(torch.cat(steps, dim=1), whole, rtol=1e-10, atol=1e-10)
@@ -173,6 +173,6 @@ def test_tokens_not_needed_are_not_computed_and_the_rest_are_unchanged(model):
         nothing = fast_forward.forward_rows(model, ids[:, width:], cache, needed=torch.zeros_like(needed))
     torch.testing.assert_close(packed[needed], whole[needed], rtol=1e-10, atol=1e-10)
     assert (packed[~needed] == 0).all() and (nothing == 0).all()
-    rows = fast_forward.RowCache.empty(model, cache, capacity=length)
+    rows = fast_forward.RowCache.empty(cache, capacity=length)
     with pytest.raises(ValueError, match="training pass"):
         fast_forward.forward_rows(model, ids[:, width : width + 1], cache, rows, needed=needed[:, :1])

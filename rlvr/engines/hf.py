@@ -129,7 +129,7 @@ class HFEngine:
         """A generator of next-token logits ``[P * n, V]``: first after the prompts, then after each
         token sent in (:mod:`rlvr.fast_forward`)."""
         last, prompts = fast_forward.encode_prompts(self.model, input_ids, attention_mask, n)
-        rows = fast_forward.RowCache.empty(self.model, prompts, capacity=max_new)
+        rows = fast_forward.RowCache.empty(prompts, capacity=max_new)
         token = yield last.repeat_interleave(n, dim=0)
         while True:
             token = yield fast_forward.forward_rows(self.model, token[:, None], prompts, rows)[:, -1]
