@@ -129,7 +129,7 @@ def encode_prompts(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     tokens = _Tokens(num, width)
     cos, sin = _rotary(model, hidden, tokens.pack(positions))
     hidden = tokens.pack(hidden)
-    for index in range(shapes.num_layers):
+    for index in range(len(shapes.layers)):
         hidden = _layer(shapes, index, hidden, cos, sin, groups=(num, 1), tokens=tokens, prompt=None, rows=None,
                         own_bias=bias, keep=cache)
     last = _final_logits(model, hidden.view(num, width, -1)[:, -1])  # left padding: every prompt ends at column W - 1
@@ -162,7 +162,7 @@ def forward_rows(model, input_ids: torch.Tensor, prompts: PromptCache, rows: Row
         allowed = torch.ones(length, start + length, dtype=torch.bool, device=input_ids.device).tril(diagonal=start)
         own_bias = _bias(allowed, hidden.dtype)
     cos, sin = _rotary(model, hidden, tokens.pack(positions))
-    for index in range(shapes.num_layers):
+    for index in range(len(shapes.layers)):
         hidden = _layer(shapes, index, hidden, cos, sin, groups=(num, group), tokens=tokens, prompt=prompts, rows=rows,
                         own_bias=own_bias, keep=None)
     if rows is not None:
@@ -205,7 +205,6 @@ class _Shapes:
     def __init__(self, model):
         config = model.config
         self.layers = model.model.layers
-        self.num_layers = config.num_hidden_layers
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
