@@ -35,8 +35,23 @@ def completion_logprobs(
     divided by the sampling temperature so that they match the distribution the engine sampled
     from, and upcast to float32 before the softmax. The entropy carries a gradient only when
     ``entropy_grad`` (an entropy bonus); as a metric it is computed without a graph.
+
+    A row equal to an earlier one (two samples of a group that drew the same completion) is not
+    computed again: the distinct rows run once and their results are indexed out to the repeats, so
+    a repeat's gradient adds into its row's (the same sum as computing it twice).
     """
-    logits = completion_logits(model, input_ids, attention_mask, completion_len).float()  # [B, T, V]
+    distinct = distinct_rows(input_ids, attention_mask)
+    if distinct is None:
+        return _logprobs(model, input_ids, attention_mask, completion_len, temperature, with_entropy, entropy_grad)
+    keep, inverse = distinct
+    logp, entropy = _logprobs(model, input_ids[keep], attention_mask[keep], completion_len, temperature, with_entropy,
+                              entropy_grad)
+    return logp[inverse], (entropy[inverse] if entropy is not None else None)
+
+
+def _logprobs(model, input_ids, attention_mask, completion_len, temperature, with_entropy, entropy_grad):
+    logits = completion_logits(model, input_ids, attention_mask, completion_len)  # [B, T, V]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # half precision up; float64 stays
     if temperature != 1.0:
         logits = logits / temperature
     targets = input_ids[:, -completion_len:]
@@ -51,14 +66,36 @@ def completion_logprobs(
     return logp, entropy
 
 
+def distinct_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(keep, inverse)`` when some rows repeat an earlier one (same ids, same mask): ``keep`` the
+    first row of each distinct kind, in batch order, and ``inverse`` [B] each row's index in
+    ``keep``. None when every row is distinct."""
+    distinct, inverse = torch.unique(torch.cat([input_ids, attention_mask], dim=1), dim=0, return_inverse=True)
+    if len(distinct) == len(input_ids):
+        return None
+    keep, rank = first_seen(inverse, len(distinct))
+    return keep, rank[inverse]
+
+
+def first_seen(inverse: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For ``torch.unique``'s ``inverse`` over ``count`` values (unique sorts them): ``(first, rank)``,
+    the row where each value first appears, in row order, and each value's place in that order."""
+    first = torch.full((count,), len(inverse), dtype=torch.long, device=inverse.device)
+    first.scatter_reduce_(0, inverse, torch.arange(len(inverse), device=inverse.device), "amin")
+    first, order = first.sort()
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(count, device=inverse.device)
+    return first, rank
+
+
 def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
     """``[B, T, V]`` logits that predict the T completion tokens (position W - 1 + t predicts token t).
 
     When rows share prompts (same ids, same padding; at most 3/4 of the rows' prompts distinct), the
     distinct prompts run once with a KV cache and the rows' completions run on top of their prompt's
     cache; otherwise (or where a cache cannot be used: a model training with gradient checkpointing)
-    every row runs whole. Rows in equal runs of one prompt (a group's G samples, a DPO pair) on a
-    model that :mod:`rlvr.fast_forward` supports run its shared-prompt forward instead.
+    every row runs whole. On a model that :mod:`rlvr.fast_forward` supports, the rows run its
+    shared-prompt forward instead, in any order and any number per prompt.
     """
     width = input_ids.shape[1] - completion_len
     prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1)
@@ -66,9 +103,11 @@ def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     # Two passes cost more fixed overhead than one: share only when it saves a quarter of the prompts.
     if width == 0 or 4 * len(distinct) > 3 * len(input_ids) or training_with_checkpointing(model):
         return _whole_rows(model, input_ids, attention_mask, completion_len)
-    order = _group_order(row_prompt, len(distinct))
-    if order is not None and fast_forward.supports(model):
-        return _fast_shared_prompts(model, distinct[order], input_ids[:, width:], attention_mask[:, width:], completion_len)
+    if fast_forward.supports(model):
+        _, rank = first_seen(row_prompt, len(distinct))  # prompts in row order: a batch of whole groups needs no reordering
+        prompts = torch.empty_like(distinct).index_copy_(0, rank, distinct)
+        return _fast_shared_prompts(model, prompts, rank[row_prompt], input_ids[:, width:], attention_mask[:, width:],
+                                    completion_len)
     prompt_mask = distinct[:, width:]
     head = model(input_ids=distinct[:, :width], attention_mask=prompt_mask, position_ids=position_ids(prompt_mask),
                  use_cache=True, logits_to_keep=1)
@@ -86,31 +125,34 @@ def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     return torch.cat([first, tail.logits], dim=1)
 
 
-def _group_order(row_prompt: torch.Tensor, num_prompts: int) -> torch.Tensor | None:
-    """The distinct prompts in row order when rows come in equal runs of one prompt each (G
-    samples of a group; a DPO pair), else None."""
-    if len(row_prompt) % num_prompts:
-        return None
-    runs = row_prompt.view(num_prompts, -1)
-    if not bool((runs == runs[:, :1]).all()) or len(torch.unique(runs[:, 0])) != num_prompts:
-        return None
-    return runs[:, 0]
+def _fast_shared_prompts(model, prompts: torch.Tensor, row_prompt: torch.Tensor, completions: torch.Tensor,
+                         completion_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
+    """:func:`completion_logits` by :mod:`rlvr.fast_forward`: ``prompts`` ``[D, 2W]`` (ids | mask),
+    ``row_prompt`` [B] each row's prompt, ``completions`` and their mask ``[B, T]``.
 
-
-def _fast_shared_prompts(model, prompts: torch.Tensor, completions: torch.Tensor, completion_mask: torch.Tensor,
-                         completion_len: int) -> torch.Tensor:
-    """:func:`completion_logits` by :mod:`rlvr.fast_forward`: ``prompts`` ``[D, 2W]`` (ids | mask) in
-    row order, ``completions`` and their mask ``[B, T]``. Completion token t runs only if token t + 1
-    is real (its logits predict that token): a row's padding is not computed."""
+    The fast forward lays rows out as D groups of G (the most rows of any prompt); a prompt with
+    fewer rows gets empty ones, which cost no projection (no token of theirs is needed). Completion
+    token t runs only if token t + 1 is real (its logits predict that token): a row's padding is not
+    computed either."""
     width = prompts.shape[1] // 2
-    group = len(completions) // len(prompts)
+    count = torch.bincount(row_prompt, minlength=len(prompts))
+    group = int(count.max())
+    by_prompt = torch.argsort(row_prompt, stable=True)
+    slot = torch.empty_like(row_prompt)
+    slot[by_prompt] = torch.arange(len(row_prompt), device=row_prompt.device) - (count.cumsum(0) - count)[row_prompt[by_prompt]]
+    cell = row_prompt * group + slot  # [B] each row's place in the [D * G] layout
+    cells = len(prompts) * group
+    in_place = cells == len(row_prompt) and bool((cell == torch.arange(cells, device=cell.device)).all())
+    if not in_place:
+        completions = completions.new_zeros(cells, completions.shape[1]).index_copy_(0, cell, completions)
+        completion_mask = completion_mask.new_zeros(cells, completion_mask.shape[1]).index_copy_(0, cell, completion_mask)
     last, cache = fast_forward.encode_prompts(model, prompts[:, :width], prompts[:, width:], group)
-    first = last[:, None].expand(-1, group, -1).reshape(len(completions), 1, -1)  # backward: a sum over the group
-    if completion_len == 1:
-        return first
-    tail = fast_forward.forward_rows(model, completions[:, : completion_len - 1], cache,
-                                     needed=completion_mask[:, 1:completion_len].bool())
-    return torch.cat([first, tail], dim=1)
+    logits = last[:, None].expand(-1, group, -1).reshape(cells, 1, -1)  # backward: a sum over the group
+    if completion_len > 1:
+        tail = fast_forward.forward_rows(model, completions[:, : completion_len - 1], cache,
+                                         needed=completion_mask[:, 1:completion_len].bool())
+        logits = torch.cat([logits, tail], dim=1)
+    return logits if in_place else logits[cell]
 
 
 def _whole_rows(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int) -> torch.Tensor:

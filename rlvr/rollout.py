@@ -377,16 +377,12 @@ def collate(groups: list[Group], pad_id: int) -> Batch:
     rows = [(g.prompt_ids, c) for g in groups for c in g.completions]
     width = max(len(p) for p, _ in rows)
     length = max(1, max(len(c.token_ids) for _, c in rows))
-    n = len(rows)
-    input_ids = torch.full((n, width + length), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((n, width + length), dtype=torch.long)
-    response_mask = torch.zeros((n, length), dtype=torch.float32)
-    engine_logp = torch.zeros((n, length), dtype=torch.float32)
-    for i, (prompt, completion) in enumerate(rows):
-        k = len(completion.token_ids)
-        input_ids[i, width - len(prompt) : width] = torch.tensor(prompt, dtype=torch.long)
-        input_ids[i, width : width + k] = torch.tensor(completion.token_ids, dtype=torch.long)
-        attention_mask[i, width - len(prompt) : width + k] = 1
-        response_mask[i, :k] = 1.0
-        engine_logp[i, :k] = torch.tensor(completion.logprobs, dtype=torch.float32)
-    return Batch(input_ids, attention_mask, response_mask, engine_logp, advantages=torch.zeros(n))
+    ids, attention, logps = [], [], []  # padded as lists, then one tensor each (not a tensor per row)
+    for prompt, completion in rows:
+        left, k = width - len(prompt), len(completion.token_ids)
+        ids.append([pad_id] * left + list(prompt) + list(completion.token_ids) + [pad_id] * (length - k))
+        attention.append([0] * left + [1] * (len(prompt) + k) + [0] * (length - k))
+        logps.append(list(completion.logprobs) + [0.0] * (length - k))
+    attention_mask = torch.tensor(attention, dtype=torch.long)
+    return Batch(torch.tensor(ids, dtype=torch.long), attention_mask, attention_mask[:, width:].float(),
+                 torch.tensor(logps, dtype=torch.float32), advantages=torch.zeros(len(rows)))

@@ -131,6 +131,28 @@ def test_rows_in_any_order_share_prompts_exactly(model):
                                        completion_logits(own, ids[rows], mask[rows], length)[scored], rtol=1e-10, atol=1e-10)
 
 
+def test_prompts_with_different_numbers_of_rows_share_exactly(model):
+    """Rows left out of some groups (zero-advantage or repeated samples): the fast forward pads each
+    group with empty rows and returns the rows asked for; logits and gradients are the model's own."""
+    ids, mask, length = _batch(model.config.vocab_size)
+    rows = torch.tensor([9, 0, 1, 2, 4, 8, 10, 11])  # groups of 3, 1 and 4 rows, one row out of place
+    ids, mask = ids[rows], mask[rows]
+    scored = mask[:, -length:].bool()
+    weights = torch.linspace(-1.0, 2.0, len(ids) * length, dtype=torch.float64).view(len(ids), length)
+    results = []
+    for m in (model, _own_forward(model)):
+        m.zero_grad()
+        logits = completion_logits(m, ids, mask, length)
+        logp = torch.log_softmax(logits, -1).gather(2, ids[:, -length:, None]).squeeze(-1)
+        (logp * weights * scored).sum().backward()
+        results.append((logits.detach(), [p.grad.clone() for p in m.parameters()]))
+    (fast, fast_grads), (own, own_grads) = results
+    assert fast.shape == own.shape
+    torch.testing.assert_close(fast[scored], own[scored], rtol=1e-10, atol=1e-10)
+    for a, b in zip(fast_grads, own_grads):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
 def test_the_engine_decodes_what_the_models_own_forward_decodes(tiny_model):
     tokenizer = load_tokenizer(tiny_model)
     fast, own = (HFEngine(load_policy(tiny_model, forward=f).double(), tokenizer) for f in ("auto", "hf"))

@@ -104,3 +104,46 @@ def test_a_lora_policy_shares_prompts_too_and_checkpointing_runs_whole_rows(tiny
     completion_logits(lora, ids, mask, length)
     hook.remove()
     assert calls == [ids.shape]  # one pass over whole rows: a checkpointed model keeps no cache
+
+
+@pytest.mark.parametrize("forward", ["auto", "hf"])
+def test_a_repeated_row_runs_once_and_its_gradient_counts_every_repeat(tiny_model, forward):
+    """Two samples that drew the same completion have the same log-probs: the distinct rows run once and
+    the results are indexed out, so the log-probs are the distinct rows' and the gradient is theirs with
+    each row's weights summed over its repeats (float64)."""
+    from rlvr.models import load_policy
+
+    torch.manual_seed(0)
+    model = load_policy(tiny_model, forward=forward).double().train()
+    ids, mask, response, length = _rows(model.config.pad_token_id)
+    repeat = torch.tensor([0, 1, 0, 2, 3, 3, 0, 4, 5, 5])  # rows 0, 3 and 5 repeated, not next to each other
+    weights = torch.linspace(-1.0, 2.0, steps=length * len(repeat), dtype=torch.float64).view(len(repeat), length)
+    calls = []
+    hook = model.model.register_forward_pre_hook(lambda module, args, kwargs: calls.append(len(kwargs["input_ids"])),
+                                                 with_kwargs=True)
+    model.zero_grad()
+    logp, entropy = completion_logprobs(model, ids[repeat], mask[repeat], length, with_entropy=True)
+    (logp * weights * response[repeat]).sum().backward()
+    hook.remove()
+    together = [p.grad.clone() for p in model.parameters()]
+    assert forward == "auto" or max(calls) == 6  # the model's own forward saw six rows, never ten
+    model.zero_grad()
+    distinct, distinct_entropy = completion_logprobs(model, ids, mask, length, with_entropy=True)
+    summed = torch.zeros(len(ids), length, dtype=torch.float64).index_add_(0, repeat, weights)
+    (distinct * summed * response).sum().backward()
+    assert torch.equal(logp.detach(), distinct.detach()[repeat]) and torch.equal(entropy, distinct_entropy[repeat])
+    for a, b in zip(together, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_distinct_rows_keeps_first_rows_in_batch_order():
+    from rlvr.logprobs import distinct_rows
+
+    ids = torch.tensor([[5, 1], [3, 2], [5, 1], [1, 1], [3, 2]])
+    mask = torch.ones_like(ids)
+    keep, inverse = distinct_rows(ids, mask)
+    assert keep.tolist() == [0, 1, 3] and inverse.tolist() == [0, 1, 0, 2, 1]
+    mask[2, 0] = 0  # same ids, another mask: a different row
+    keep, inverse = distinct_rows(ids, mask)
+    assert keep.tolist() == [0, 1, 2, 3] and inverse.tolist() == [0, 1, 2, 3, 1]
+    assert distinct_rows(ids[:2], mask[:2]) is None

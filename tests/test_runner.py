@@ -237,7 +237,7 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path):
 
     script = (
         "import os, sys, time; from verifiers.runner import VerifierRunner; "
-        "r = VerifierRunner(workers=2, timeout_s=5); r.score_batch('numeric', ['1'], [{'answer': '1'}]); "
+        "r = VerifierRunner(workers=2, timeout_s=5); r.score_batch('math', ['1'], [{'answer': '1'}]); "
         "print(' '.join(str(w.proc.pid) for w in r._pool._all), flush=True); time.sleep(60)"
     )
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
@@ -269,3 +269,21 @@ def test_workers_that_cannot_start_give_errors_not_a_hang(monkeypatch):
     monkeypatch.undo()
     with VerifierRunner(workers=1, timeout_s=5) as r:  # and a healthy pool afterwards still works
         assert r.score_batch("test_behaviour", ["a"], [{"answer": "a"}])[0].score == 1.0
+
+
+def test_in_process_verifiers_skip_the_workers():
+    """``in_process = True`` (numeric, repetition, overlong length, a compose of them) is scored in the
+    calling thread even with workers: no pool is started for it. Anything else still gets workers."""
+    from rlvr.verifiers.registry import get_verifier
+
+    assert get_verifier("numeric").in_process and get_verifier("repetition").in_process
+    assert get_verifier("length", mode="overlong").in_process
+    assert not get_verifier("math").in_process and not get_verifier("format").in_process
+    assert get_verifier("compose", parts=[{"name": "numeric"}, {"name": "repetition", "weight": 0.1}]).in_process
+    assert not get_verifier("compose", parts=[{"name": "numeric"}, {"name": "math"}]).in_process
+    with VerifierRunner(workers=2, timeout_s=5) as r:
+        rewards = r.score_batch("numeric", ["so 12", "so 13"], [{"answer": "12"}] * 2)
+        assert [x.score for x in rewards] == [1.0, 0.0]
+        assert r._pool is None  # no worker was started
+        assert r.score_batch("math", ["12"], [{"answer": "12"}])[0].score == 1.0
+        assert r._pool is not None

@@ -175,6 +175,10 @@ class Verifier:
     #: False for verifiers whose score may change between calls (sampling judges, learned models):
     #: the runner then never serves them from its cache.
     cacheable: ClassVar[bool] = True
+    #: True for verifiers that take microseconds on any input and cannot hang (plain parsing: no
+    #: sympy, no user-given regex, no code): the runner scores them in the calling process, sparing
+    #: the worker round trip (about 1 ms a batch), and so without a deadline.
+    in_process: ClassVar[bool] = False
 
     def score(self, completion: str, reference: dict) -> Reward:  # pragma: no cover - interface
         raise NotImplementedError

@@ -101,6 +101,7 @@ class ComposeVerifier(Verifier):
         self.gate_fail_score = float(gate_fail_score)
         self.parts = build_parts(parts, mode)
         self.cacheable = all(getattr(p.impl, "cacheable", True) for p in self.parts)
+        self.in_process = all(getattr(p.impl, "in_process", False) for p in self.parts)
 
     def audit_cases(self) -> list[dict]:
         """The final-answer golden set; wrapped in the think/answer template when a ``format`` part

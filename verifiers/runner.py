@@ -5,7 +5,8 @@
 * **a hard per-item deadline** (``workers > 0``): items are scored in a pool of worker processes
   (:mod:`verifiers.pool`); an item that overruns is killed with its worker, which is replaced, and
   the item gets ``status="timeout"``. No signals are involved, so it behaves the same from any
-  thread. With ``workers=0`` items are scored in the calling thread: no process overhead, but
+  thread. A verifier that declares ``in_process = True`` (``numeric``, ``repetition``, ``length``
+  in overlong mode: microseconds on any input) is scored in the calling thread anyway. With ``workers=0`` items are scored in the calling thread: no process overhead, but
   **no deadline** — a pathological answer can stall the caller. Use it only for cheap verifiers
   you trust (``numeric``, ``format``, ``length``, ``repetition``).
 * **a results cache** keyed by (verifier, options, completion, reference), bounded (LRU), and
@@ -183,7 +184,7 @@ class VerifierRunner:
     def _compute(self, spec: str, impl: Any, work: list[tuple[int, str, dict, dict]]) -> dict[int, Reward]:
         if not work:
             return {}
-        if self.workers == 0 or spec in self._in_process:
+        if self.workers == 0 or spec in self._in_process or getattr(impl, "in_process", False):
             return {i: _score_here(impl, c, r, x) for i, c, r, x in work}
         blob = self._blob(spec, impl)
         if blob is None:

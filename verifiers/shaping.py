@@ -91,6 +91,7 @@ class LengthVerifier(Verifier):
         self.wrong = (float(wrong_start), float(wrong_end))
         self.exceed_reward = float(exceed_reward)
         self.correctness = None
+        self.in_process = mode == "overlong"  # a length and a formula; cosine mode calls a full verifier
         if mode == "cosine":
             spec = dict(correctness or {"name": "math"})
             self.correctness = get_verifier(spec.pop("name"), **spec.pop("options", {}), **spec)
@@ -148,6 +149,7 @@ class RepetitionVerifier(Verifier):
     """n-gram repetition penalty in ``[max_penalty, 0]`` (see the module docstring)."""
 
     name = "repetition"
+    in_process = True  # a set of n-grams: linear in the text
     description = "n-gram repetition penalty: max_penalty * (1 - unique n-grams / n-grams)"
 
     def __init__(self, n: int = 3, max_penalty: float = -1.0, unit: str = "words"):
