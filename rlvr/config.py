@@ -122,7 +122,8 @@ class VerifierConfig(Section):
     options: dict[str, Any] = Field(default_factory=dict)
     workers: Optional[int] = Field(
         None, ge=0, description="verifier worker processes, each item under a hard deadline; null = one per core "
-        "(at most 4); 0 = score in the trainer process, without a deadline (only for cheap, trusted verifiers)")
+        "(at most 4); 0 = score in the trainer process, without a deadline (only for cheap, trusted verifiers). "
+        "Verifiers that declare in_process (numeric, repetition, length in overlong mode) are always scored there")
     timeout_s: float = Field(10.0, gt=0, description="hard deadline per item, in seconds (with worker processes)")
     backend: Literal["local", "ray"] = Field(
         "local", description="where verifier workers run: local (processes on this machine) or ray (Ray actors "

@@ -135,11 +135,9 @@ def _fast_shared_prompts(model, prompts: torch.Tensor, row_prompt: torch.Tensor,
     token t runs only if token t + 1 is real (its logits predict that token): a row's padding is not
     computed either."""
     width = prompts.shape[1] // 2
-    count = torch.bincount(row_prompt, minlength=len(prompts))
-    group = int(count.max())
-    by_prompt = torch.argsort(row_prompt, stable=True)
-    slot = torch.empty_like(row_prompt)
-    slot[by_prompt] = torch.arange(len(row_prompt), device=row_prompt.device) - (count.cumsum(0) - count)[row_prompt[by_prompt]]
+    seen = torch.nn.functional.one_hot(row_prompt, len(prompts)).cumsum(dim=0)  # [B, D] rows so far per prompt
+    group = int(seen[-1].max())
+    slot = seen.gather(1, row_prompt[:, None]).squeeze(1) - 1  # earlier rows of the same prompt
     cell = row_prompt * group + slot  # [B] each row's place in the [D * G] layout
     cells = len(prompts) * group
     in_place = cells == len(row_prompt) and bool((cell == torch.arange(cells, device=cell.device)).all())
