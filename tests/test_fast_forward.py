@@ -76,10 +76,11 @@ def test_supported_models_are_recognised_and_others_fall_back(tiny_model):
         load_policy(tiny_model, forward="fast")
 
 
-def test_shared_prompt_logits_and_gradients_equal_the_models_own_forward(model):
-    ids, mask, length = _batch(model.config.vocab_size)
+def assert_same_logits_and_gradients(model, ids, mask, length):
+    """rlvr's forward and the model's own give the same scored logits and the same gradients of a
+    weighted sum of the log-probs (float64); returns rlvr's logits."""
     scored = mask[:, -length:].bool()
-    weights = torch.linspace(-1.0, 2.0, ids.numel() // ids.shape[1] * length, dtype=torch.float64).view(len(ids), length)
+    weights = torch.linspace(-1.0, 2.0, len(ids) * length, dtype=torch.float64).view(len(ids), length)
     results = []
     for m in (model, _own_forward(model)):
         m.zero_grad()
@@ -88,10 +89,16 @@ def test_shared_prompt_logits_and_gradients_equal_the_models_own_forward(model):
         (logp * weights * scored).sum().backward()
         results.append((logits.detach(), [p.grad.clone() for p in m.parameters()]))
     (fast, fast_grads), (own, own_grads) = results
-    assert torch.isfinite(fast).all()  # padded query rows attend uniformly, never to nothing (NaN)
+    assert fast.shape == own.shape
     torch.testing.assert_close(fast[scored], own[scored], rtol=1e-10, atol=1e-10)
     for a, b in zip(fast_grads, own_grads):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+    return fast
+
+
+def test_shared_prompt_logits_and_gradients_equal_the_models_own_forward(model):
+    fast = assert_same_logits_and_gradients(model, *_batch(model.config.vocab_size))
+    assert torch.isfinite(fast).all()  # padded query rows attend uniformly, never to nothing (NaN)
 
 
 def test_decoding_a_token_at_a_time_equals_one_pass_over_the_rows(model):
@@ -136,21 +143,7 @@ def test_prompts_with_different_numbers_of_rows_share_exactly(model):
     group with empty rows and returns the rows asked for; logits and gradients are the model's own."""
     ids, mask, length = _batch(model.config.vocab_size)
     rows = torch.tensor([9, 0, 1, 2, 4, 8, 10, 11])  # groups of 3, 1 and 4 rows, one row out of place
-    ids, mask = ids[rows], mask[rows]
-    scored = mask[:, -length:].bool()
-    weights = torch.linspace(-1.0, 2.0, len(ids) * length, dtype=torch.float64).view(len(ids), length)
-    results = []
-    for m in (model, _own_forward(model)):
-        m.zero_grad()
-        logits = completion_logits(m, ids, mask, length)
-        logp = torch.log_softmax(logits, -1).gather(2, ids[:, -length:, None]).squeeze(-1)
-        (logp * weights * scored).sum().backward()
-        results.append((logits.detach(), [p.grad.clone() for p in m.parameters()]))
-    (fast, fast_grads), (own, own_grads) = results
-    assert fast.shape == own.shape
-    torch.testing.assert_close(fast[scored], own[scored], rtol=1e-10, atol=1e-10)
-    for a, b in zip(fast_grads, own_grads):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+    assert_same_logits_and_gradients(model, ids[rows], mask[rows], length)
 
 
 def test_the_engine_decodes_what_the_models_own_forward_decodes(tiny_model):

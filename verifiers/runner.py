@@ -6,9 +6,10 @@
   (:mod:`verifiers.pool`); an item that overruns is killed with its worker, which is replaced, and
   the item gets ``status="timeout"``. No signals are involved, so it behaves the same from any
   thread. A verifier that declares ``in_process = True`` (``numeric``, ``repetition``, ``length``
-  in overlong mode: microseconds on any input) is scored in the calling thread anyway. With ``workers=0`` items are scored in the calling thread: no process overhead, but
-  **no deadline** — a pathological answer can stall the caller. Use it only for cheap verifiers
-  you trust (``numeric``, ``format``, ``length``, ``repetition``).
+  in overlong mode: microseconds on any input) is scored in the calling thread anyway. With
+  ``workers=0`` items are scored in the calling thread: no process overhead, but **no deadline** —
+  a pathological answer can stall the caller. Use it only for cheap verifiers you trust
+  (``numeric``, ``format``, ``length``, ``repetition``).
 * **a results cache** keyed by (verifier, options, completion, reference), bounded (LRU), and
   duplicates inside a batch are scored once; a reward served from the cache has
   ``info["cached"] = True``;
