@@ -9,7 +9,7 @@
   in overlong mode: microseconds on any input) is scored in the calling thread anyway. With
   ``workers=0`` items are scored in the calling thread: no process overhead, but **no deadline** —
   a pathological answer can stall the caller. Use it only for cheap verifiers you trust
-  (``numeric``, ``format``, ``length``, ``repetition``).
+  that do not declare ``in_process`` themselves (e.g. ``format`` with your own patterns).
 * **a results cache** keyed by (verifier, options, completion, reference), bounded (LRU), and
   duplicates inside a batch are scored once; a reward served from the cache has
   ``info["cached"] = True``;
