@@ -80,7 +80,9 @@ def supports(model) -> bool:
 
 @dataclass
 class PromptCache:
-    """The prompts' keys and values, once per prompt: each layer's ``[D, kv_heads, W, d]``."""
+    """The prompts' keys and values, once per prompt, contiguous: each layer's keys transposed
+    ``[D, kv_heads, d, W]`` and values ``[D, kv_heads, W, d]``, as the attention matmuls read them
+    (a decoding step would otherwise copy them for every token)."""
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
@@ -100,38 +102,24 @@ class RowCache:
     @classmethod
     def empty(cls, prompts: PromptCache, capacity: int) -> "RowCache":
         """Buffers for up to ``capacity`` own tokens of each of the prompts' rows."""
-        shape = prompts.keys[0].shape
+        shape = prompts.values[0].shape
         buffer = (shape[0], shape[1], prompts.group, capacity, shape[3])
-        like = prompts.keys[0]
-        n = len(prompts.keys)
+        like = prompts.values[0]
+        n = len(prompts.values)
         return cls([like.new_empty(buffer) for _ in range(n)], [like.new_empty(buffer) for _ in range(n)])
 
 
 # ---------------------------------------------------------------------------------------------
-# The two passes
+# The passes
 # ---------------------------------------------------------------------------------------------
 
 
 def encode_prompts(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, group: int) -> tuple[torch.Tensor, PromptCache]:
     """Run ``D`` left-padded prompts ``[D, W]``; returns the logits of each prompt's last position
     ``[D, V]`` (they predict its rows' first token) and the prompts' :class:`PromptCache`."""
-    shapes = _Shapes(model)
+    section, cache, positions = _prompt_section(_dtype(model), input_ids, attention_mask, group)
+    hidden = _run(model, [section], [input_ids], [positions])
     num, width = input_ids.shape
-    lengths = attention_mask.sum(dim=1)
-    positions = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-    hidden = model.model.embed_tokens(input_ids)
-    dtype = hidden.dtype
-    real = attention_mask.bool()
-    causal = torch.ones(width, width, dtype=torch.bool, device=input_ids.device).tril()
-    allowed = causal[None] & real[:, None, :]  # [D, W queries, W keys]
-    bias = _bias(allowed, dtype).view(num, 1, 1, 1, width, width)
-    cache = PromptCache([], [], _bias(real, dtype).view(num, 1, 1, 1, width), lengths, group)
-    tokens = _Tokens(num, width)
-    cos, sin = _rotary(model, hidden, tokens.pack(positions))
-    hidden = tokens.pack(hidden)
-    for index in range(len(shapes.layers)):
-        hidden = _layer(shapes, index, hidden, cos, sin, groups=(num, 1), tokens=tokens, prompt=None, rows=None,
-                        own_bias=bias, keep=cache)
     last = _final_logits(model, hidden.view(num, width, -1)[:, -1])  # left padding: every prompt ends at column W - 1
     return last, cache
 
@@ -142,32 +130,97 @@ def forward_rows(model, input_ids: torch.Tensor, prompts: PromptCache, rows: Row
 
     Without ``rows`` the L tokens are all of a row's own tokens so far (a training pass: causal among
     themselves); with ``rows`` they follow the ``rows.length`` tokens already in its buffer, and are
-    written there (decoding). ``needed`` ``[B, L]`` (training pass only) marks the tokens whose logits
-    are wanted, a prefix of each row: the others (a finished row's padding) are not computed at all
-    (padding-free projections and MLP) and get logits 0."""
+    written there (decoding). ``needed`` ``[B, L]`` marks the tokens whose logits are wanted, a prefix
+    of each row: the others (a finished row's padding) are not computed at all (padding-free
+    projections and MLP) and get logits 0. While decoding, a token not needed writes zeros to its
+    row's buffer: for a row that has finished, whose later logits are not wanted either."""
+    section, positions = _rows_section(_dtype(model), input_ids, prompts, rows, needed)
+    hidden = _run(model, [section], [input_ids], [positions])
+    if rows is not None:
+        rows.length += input_ids.shape[1]
+    return section.tokens.unpack(_final_logits(model, hidden))
+
+
+def forward_prompts_and_rows(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, input_ids: torch.Tensor,
+                             needed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`encode_prompts`, then :func:`forward_rows` without a row buffer (a training pass), as
+    one pass: ``(last [D, V], logits [B, L, V])`` for ``D`` prompts and ``B = D * G`` rows. The
+    prompts' tokens and the rows' go through each layer's norms, projections and MLP together (one
+    operator where two passes run two); attention runs per section, the rows' on the keys that the
+    prompts' section has just computed in the same layer."""
+    num, width = prompt_ids.shape
+    if len(input_ids) % num:
+        raise ValueError(f"forward_prompts_and_rows: {len(input_ids)} rows for {num} prompts")
+    dtype = _dtype(model)
+    prompt_section, cache, prompt_positions = _prompt_section(dtype, prompt_ids, prompt_mask, len(input_ids) // num)
+    rows_section, row_positions = _rows_section(dtype, input_ids, cache, None, needed)
+    hidden = _run(model, [prompt_section, rows_section], [prompt_ids, input_ids], [prompt_positions, row_positions])
+    prompt_hidden, row_hidden = hidden.split([num * width, rows_section.tokens.size])
+    logits = _final_logits(model, torch.cat([prompt_hidden.view(num, width, -1)[:, -1], row_hidden]))
+    last, row_logits = logits.split([num, rows_section.tokens.size])
+    return last, rows_section.tokens.unpack(row_logits)
+
+
+@dataclass
+class _Section:
+    """Tokens of a pass that attend as one: prompts (``groups`` (D, 1), their keys and values kept in
+    ``keep``), or rows (``groups`` (D, G)) on top of their ``prompt``'s keys, decoding into ``rows``."""
+
+    groups: tuple[int, int]
+    tokens: "_Tokens"
+    own_bias: torch.Tensor | None  # additive mask among the section's own keys
+    prompt: PromptCache | None = None
+    rows: RowCache | None = None
+    keep: PromptCache | None = None
+
+
+def _dtype(model) -> torch.dtype:
+    """The dtype of the model's hidden states (its embedding's), which the attention biases take."""
+    return model.model.embed_tokens.weight.dtype
+
+
+def _prompt_section(dtype: torch.dtype, input_ids: torch.Tensor, attention_mask: torch.Tensor, group: int):
+    """``(section, cache, positions)`` of ``D`` left-padded prompts ``[D, W]``; the pass fills the cache."""
+    num, width = input_ids.shape
+    real = attention_mask.bool()
+    causal = torch.ones(width, width, dtype=torch.bool, device=input_ids.device).tril()
+    allowed = causal[None] & real[:, None, :]  # [D, W queries, W keys]
+    cache = PromptCache([], [], _bias(real, dtype).view(num, 1, 1, 1, width), attention_mask.sum(dim=1), group)
+    section = _Section((num, 1), _Tokens(num, width), _bias(allowed, dtype).view(num, 1, 1, 1, width, width), keep=cache)
+    return section, cache, (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+
+
+def _rows_section(dtype: torch.dtype, input_ids: torch.Tensor, prompts: PromptCache, rows: RowCache | None,
+                  needed: torch.Tensor | None):
+    """``(section, positions)`` of rows ``[B, L]`` on top of their prompts."""
     num, group = len(prompts.lengths), prompts.group
     count, length = input_ids.shape
     if count != num * group:
         raise ValueError(f"forward_rows: {count} rows for {num} prompts x {group} rows each")
-    if needed is not None and rows is not None:
-        raise ValueError("forward_rows: `needed` is for a training pass, not for decoding into `rows`")
-    shapes = _Shapes(model)
     start = rows.length if rows is not None else 0
     steps = torch.arange(start, start + length, device=input_ids.device)
     positions = prompts.lengths.repeat_interleave(group)[:, None] + steps  # [B, L]
-    tokens = _Tokens(count, length, needed)
-    hidden = model.model.embed_tokens(tokens.pack(input_ids))
     own_bias = None
     if length > 1:  # causal among the new tokens; every earlier own token is visible
         allowed = torch.ones(length, start + length, dtype=torch.bool, device=input_ids.device).tril(diagonal=start)
-        own_bias = _bias(allowed, hidden.dtype)
-    cos, sin = _rotary(model, hidden, tokens.pack(positions))
+        own_bias = _bias(allowed, dtype)
+    return _Section((num, group), _Tokens(count, length, needed), own_bias, prompt=prompts, rows=rows), positions
+
+
+def _run(model, sections: list[_Section], ids: list[torch.Tensor], positions: list[torch.Tensor]) -> torch.Tensor:
+    """The decoder over the sections' tokens ``ids`` at ``positions`` (``[B, L]`` grids), held flat one
+    section after another; returns the final hidden states ``[N, hidden]``."""
+    shapes = _Shapes(model)
+
+    def flat(grids: list[torch.Tensor]) -> torch.Tensor:
+        packed = [section.tokens.pack(grid) for section, grid in zip(sections, grids)]
+        return packed[0] if len(packed) == 1 else torch.cat(packed)
+
+    hidden = model.model.embed_tokens(flat(ids))
+    cos, sin = _rotary(model, hidden, flat(positions))
     for index in range(len(shapes.layers)):
-        hidden = _layer(shapes, index, hidden, cos, sin, groups=(num, group), tokens=tokens, prompt=prompts, rows=rows,
-                        own_bias=own_bias, keep=None)
-    if rows is not None:
-        rows.length += length
-    return tokens.unpack(_final_logits(model, hidden))
+        hidden = _layer(shapes, index, hidden, cos, sin, sections)
+    return hidden
 
 
 class _Tokens:
@@ -180,6 +233,7 @@ class _Tokens:
         self.index = None
         if needed is not None and not bool(needed.all()):
             self.index = needed.reshape(-1).nonzero().squeeze(1)
+        self.size = count * length if self.index is None else len(self.index)  # N
 
     def pack(self, grid: torch.Tensor) -> torch.Tensor:
         """``[B, L, ...]`` -> ``[N, ...]``."""
@@ -211,30 +265,47 @@ class _Shapes:
         self.scale = self.head_dim ** -0.5
 
 
-def _layer(w: _Shapes, index: int, hidden: torch.Tensor, cos, sin, *, groups: tuple[int, int], tokens: _Tokens,
-           prompt: PromptCache | None, rows: RowCache | None, own_bias, keep: PromptCache | None) -> torch.Tensor:
-    """One decoder layer over the pass's tokens ``hidden [N, hidden]``. Attention runs in the grouped
-    layout ``[D, kv_heads, G, rep * L, d]`` (rep = heads per kv head), where a group's rows meet their
-    prompt's keys in one matmul."""
+def _layer(w: _Shapes, index: int, hidden: torch.Tensor, cos, sin, sections: list[_Section]) -> torch.Tensor:
+    """One decoder layer over the pass's tokens ``hidden [N, hidden]``, the sections' one after
+    another: norms, projections and MLP over all of them at once, attention per section."""
     layer = w.layers[index]
-    num, group = groups
-    count, length = tokens.count, tokens.length
     heads, kv, dim = w.heads, w.kv_heads, w.head_dim
-    rep = heads // kv
     attn = layer.self_attn
     x = _rms_norm(hidden, layer.input_layernorm)
     q = _rope(F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(-1, heads, dim), cos, sin)
     k = _rope(F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(-1, kv, dim), cos, sin)
     v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(-1, kv, dim)
+    if len(sections) == 1:
+        out = _attention(w, index, q, k, v, sections[0])
+    else:
+        sizes = [section.tokens.size for section in sections]
+        out = torch.cat([_attention(w, index, *qkv, section)
+                         for *qkv, section in zip(q.split(sizes), k.split(sizes), v.split(sizes), sections)])
+    hidden = hidden + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
+    mlp = layer.mlp
+    x = _rms_norm(hidden, layer.post_attention_layernorm)
+    up = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)) * F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
+    return hidden + F.linear(up, mlp.down_proj.weight, mlp.down_proj.bias)
+
+
+def _attention(w: _Shapes, index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, section: _Section) -> torch.Tensor:
+    """Attention of one section's tokens (``q [N, heads, d]``, ``k``/``v [N, kv_heads, d]``, rotated);
+    returns ``[N, heads * d]``. It runs in the grouped layout ``[D, kv_heads, G, rep * L, d]`` (rep =
+    heads per kv head), where a group's rows meet their prompt's keys in one matmul."""
+    num, group = section.groups
+    tokens, prompt, rows, own_bias = section.tokens, section.prompt, section.rows, section.own_bias
+    count, length = tokens.count, tokens.length
+    heads, kv, dim = w.heads, w.kv_heads, w.head_dim
+    rep = heads // kv
     if tokens.index is not None:  # one scatter to the [B, L] grid for all three
         q, k, v = tokens.unpack(torch.cat([q, k, v], dim=1)).split([heads, kv, kv], dim=2)
     # [B, L, n, d] -> [D, kv, G, n/kv * L, d]: a group's rows side by side under each kv head
     q = q.reshape(num, group, length, kv, rep, dim).permute(0, 3, 1, 4, 2, 5).reshape(num, kv, group, rep * length, dim)
     k = k.reshape(num, group, length, kv, dim).permute(0, 3, 1, 2, 4)  # [D, kv, G, L, d]
     v = v.reshape(num, group, length, kv, dim).permute(0, 3, 1, 2, 4)
-    if keep is not None:  # the prompt pass: G = 1, keep [D, kv, W, d]
-        keep.keys.append(k[:, :, 0])
-        keep.values.append(v[:, :, 0])
+    if section.keep is not None:  # prompts: G = 1, keep [D, kv, d, W] and [D, kv, W, d]
+        section.keep.keys.append(k[:, :, 0].transpose(-1, -2).contiguous())
+        section.keep.values.append(v[:, :, 0].contiguous())
     if rows is not None:  # decoding: the new tokens join the row buffer
         end = rows.length + length
         rows.keys[index][:, :, :, rows.length : end] = k
@@ -245,24 +316,19 @@ def _layer(w: _Shapes, index: int, hidden: torch.Tensor, cos, sin, *, groups: tu
         shape = scores.shape
         scores = (scores.view(*shape[:3], rep, length, shape[-1]) + own_bias).view(shape)
     if prompt is not None:
-        past = torch.matmul(q.reshape(num, kv, group * rep * length, dim), prompt.keys[index].transpose(-1, -2))
+        past = torch.matmul(q.reshape(num, kv, group * rep * length, dim), prompt.keys[index])
         past = past.view(num, kv, group, rep * length, -1) * w.scale + prompt.key_bias
         scores = torch.cat([past, scores], dim=-1)
-    probs = _softmax(scores).to(hidden.dtype)
+    probs = _softmax(scores).to(q.dtype)
     if prompt is not None:
-        width = prompt.keys[index].shape[2]
+        width = prompt.values[index].shape[2]
         out = torch.matmul(probs[..., width:], v)
         shared = torch.matmul(probs[..., :width].reshape(num, kv, group * rep * length, width), prompt.values[index])
         out = out + shared.view_as(out)
     else:
         out = torch.matmul(probs, v)
-    # [D, kv, G, rep*L, d] -> [B, L, heads * d] -> the pass's tokens
-    out = tokens.pack(out.view(num, kv, group, rep, length, dim).permute(0, 2, 4, 1, 3, 5).reshape(count, length, heads * dim))
-    hidden = hidden + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
-    mlp = layer.mlp
-    x = _rms_norm(hidden, layer.post_attention_layernorm)
-    up = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)) * F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
-    return hidden + F.linear(up, mlp.down_proj.weight, mlp.down_proj.bias)
+    # [D, kv, G, rep*L, d] -> [B, L, heads * d] -> the section's tokens
+    return tokens.pack(out.view(num, kv, group, rep, length, dim).permute(0, 2, 4, 1, 3, 5).reshape(count, length, heads * dim))
 
 
 def _softmax(scores: torch.Tensor) -> torch.Tensor:

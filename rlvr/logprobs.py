@@ -144,11 +144,14 @@ def _fast_shared_prompts(model, prompts: torch.Tensor, row_prompt: torch.Tensor,
     if not in_place:
         completions = completions.new_zeros(cells, completions.shape[1]).index_copy_(0, cell, completions)
         completion_mask = completion_mask.new_zeros(cells, completion_mask.shape[1]).index_copy_(0, cell, completion_mask)
-    last, cache = fast_forward.encode_prompts(model, prompts[:, :width], prompts[:, width:], group)
+    if completion_len > 1:  # prompts and rows in one pass
+        last, tail = fast_forward.forward_prompts_and_rows(model, prompts[:, :width], prompts[:, width:],
+                                                           completions[:, : completion_len - 1],
+                                                           needed=completion_mask[:, 1:completion_len].bool())
+    else:
+        last, _ = fast_forward.encode_prompts(model, prompts[:, :width], prompts[:, width:], group)
     logits = last[:, None].expand(-1, group, -1).reshape(cells, 1, -1)  # backward: a sum over the group
     if completion_len > 1:
-        tail = fast_forward.forward_rows(model, completions[:, : completion_len - 1], cache,
-                                         needed=completion_mask[:, 1:completion_len].bool())
         logits = torch.cat([logits, tail], dim=1)
     return logits if in_place else logits[cell]
 

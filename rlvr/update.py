@@ -164,7 +164,7 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
             rows = rows_with_gradient(minibatch, algo)
             computed_rows += len(rows)
             counts = global_counts(minibatch, s.dist)
-            optimizer.zero_grad(set_to_none=False)  # zero tensors: a step with no active rows is a zero-gradient step
+            optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients, no zeroing pass
             for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():
                 micro = minibatch.select(micro_rows)
                 part = policy_terms(policy, micro, s, **counts)
@@ -173,6 +173,9 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
                 if not grad_norms:  # before any step
                     mismatch.add(part.logp, micro)
                 means.add(part.terms, float(micro.response_mask.sum()))
+            for p in params:  # no active rows (or a parameter outside the graph): a zero-gradient step
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
             s.dist.sum_gradients(params)
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, s.grad_clip)))
             optimizer.step()
@@ -223,15 +226,19 @@ def old_logprobs(policy, batch: Batch, s: UpdateSettings) -> torch.Tensor:
     return no_grad_logprobs(policy, batch, s.micro_batch_size, s.temperature)
 
 
-@torch.no_grad()
 def no_grad_logprobs(model, batch: Batch, micro_batch_size: int, temperature: float) -> torch.Tensor:
-    parts = []
-    for start in range(0, len(batch), micro_batch_size):
-        end = min(start + micro_batch_size, len(batch))
-        logp, _ = completion_logprobs(model, batch.input_ids[start:end], batch.attention_mask[start:end],
-                                      batch.completion_len, temperature)
-        parts.append(logp)
-    return torch.cat(parts)
+    """``[N, T]`` log-probs of the batch's completions without a graph. The pass runs in inference
+    mode (no autograd bookkeeping at all: ~7% of a small model's pass); its result is copied out as
+    an ordinary tensor, which a later graph may use as a constant."""
+    with torch.inference_mode():
+        parts = []
+        for start in range(0, len(batch), micro_batch_size):
+            end = min(start + micro_batch_size, len(batch))
+            logp, _ = completion_logprobs(model, batch.input_ids[start:end], batch.attention_mask[start:end],
+                                          batch.completion_len, temperature)
+            parts.append(logp)
+        logp = torch.cat(parts)
+    return logp.clone()
 
 
 def reference_logprobs(reference: Reference, batch: Batch, micro_batch_size: int, temperature: float) -> torch.Tensor:

@@ -102,6 +102,18 @@ def test_sampling_keeps_the_tokens_transformers_warpers_keep(top_k, top_p):
         assert ((target == 0).sum(1) > 0).all()
 
 
+def test_draw_samples_each_row_s_distribution_and_never_a_zero_entry():
+    from rlvr.engines.hf import draw
+
+    probs = torch.tensor([[0.0, 0.1, 0.0, 0.6, 0.3, 0.0], [0.5, 0.0, 0.0, 0.0, 0.0, 0.5]])
+    torch.manual_seed(0)
+    tokens = draw(probs.repeat(20_000, 1)).view(20_000, 2)
+    for row in range(2):
+        frequency = torch.bincount(tokens[:, row], minlength=6) / 20_000
+        assert (frequency[probs[row] == 0] == 0).all()
+        assert (frequency - probs[row]).abs().max() < 0.015  # standard error at most 0.0036
+    assert draw(torch.tensor([[0.0, 0.0, 1.0]])).tolist() == [2]
+
 def test_greedy_decoding_equals_transformers_generate(taught_model):
     from transformers import GenerationConfig
 

@@ -188,6 +188,36 @@ def test_tokens_not_needed_are_not_computed_and_the_rest_are_unchanged(model):
         nothing = fast_forward.forward_rows(model, ids[:, width:], cache, needed=torch.zeros_like(needed))
     torch.testing.assert_close(packed[needed], whole[needed], rtol=1e-10, atol=1e-10)
     assert (packed[~needed] == 0).all() and (nothing == 0).all()
-    rows = fast_forward.RowCache.empty(cache, capacity=length)
-    with pytest.raises(ValueError, match="training pass"):
-        fast_forward.forward_rows(model, ids[:, width : width + 1], cache, rows, needed=needed[:, :1])
+
+
+def test_prompts_and_rows_in_one_pass_equal_the_two_passes(model):
+    ids, mask, length = _batch(model.config.vocab_size)
+    width, group = ids.shape[1] - length, 4
+    prompts, prompt_mask, needed = ids[::group, :width], mask[::group, :width], mask[:, width:].bool()
+    with torch.no_grad():
+        first, cache = fast_forward.encode_prompts(model, prompts, prompt_mask, group)
+        for rows_needed in (None, needed):
+            last, joint = fast_forward.forward_prompts_and_rows(model, prompts, prompt_mask, ids[:, width:], rows_needed)
+            torch.testing.assert_close(last, first, rtol=1e-10, atol=1e-10)
+            torch.testing.assert_close(joint, fast_forward.forward_rows(model, ids[:, width:], cache, needed=rows_needed),
+                                       rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="11 rows for 3 prompts"):
+        fast_forward.forward_prompts_and_rows(model, prompts, prompt_mask, ids[:11, width:])
+
+
+def test_decoding_skips_finished_rows_and_keeps_the_others_exact(model):
+    """A decoding step computes only the rows still running (``needed``); theirs are the logits of the
+    full step, the finished rows' are 0."""
+    ids, mask, length = _batch(model.config.vocab_size)
+    width, group = ids.shape[1] - length, 4
+    running = mask[:, width:].bool()  # a prefix of each row, one row empty from the start
+    with torch.no_grad():
+        _, cache = fast_forward.encode_prompts(model, ids[::group, :width], mask[::group, :width], group)
+        full, skipping = fast_forward.RowCache.empty(cache, capacity=length), fast_forward.RowCache.empty(cache, capacity=length)
+        for t in range(length):
+            token = ids[:, width + t : width + t + 1]
+            every = fast_forward.forward_rows(model, token, cache, full)
+            some = fast_forward.forward_rows(model, token, cache, skipping, needed=running[:, t : t + 1])
+            alive = running[:, t]
+            torch.testing.assert_close(some[alive], every[alive], rtol=1e-10, atol=1e-10)
+            assert (some[~alive] == 0).all()

@@ -185,6 +185,27 @@ def test_skipping_zero_advantage_rows_leaves_the_gradient_unchanged(taught_model
         torch.testing.assert_close(full, skipped, rtol=1e-5, atol=1e-7)
 
 
+def test_an_update_without_active_rows_steps_on_zero_gradients(taught_model):
+    """The update writes gradients with its first backward (no zeroing pass); with no row to compute
+    every parameter still gets a zero gradient (not None), so the optimizer steps as on zeros."""
+    from rlvr.models import load_policy
+    from rlvr.rollout import Batch
+    from rlvr.runtime import build_optimizer
+    from rlvr.update import UpdateSettings, update_policy
+
+    config = _config(taught_model, "unused", "algorithm.beta=0")
+    policy = load_policy(taught_model)
+    ids = torch.tensor([[5, 6, 7, 8]] * 2)
+    zeros = torch.zeros(2, 2)
+    batch = Batch(input_ids=ids, attention_mask=torch.ones_like(ids), response_mask=torch.ones(2, 2),
+                  engine_logp=zeros, advantages=torch.zeros(2))
+    optimizer = build_optimizer(policy.parameters(), lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999))
+    for p in policy.parameters():
+        p.grad = torch.ones_like(p)  # stale gradients from elsewhere must not leak into the step
+    out = update_policy(policy, batch, optimizer, UpdateSettings.from_config(config))
+    assert out["train/computed_rows_frac"] == 0 and out["train/grad_norm"] == 0
+    assert all(p.grad is not None and not p.grad.any() for p in policy.parameters())
+
 def test_a_step_without_any_signal_is_a_zero_gradient_step(taught_model, tmp_path):
     """Regression: when every group has zero variance there are no rows to compute; the step must
     still run (an empty micro-batch once crashed the model's forward)."""

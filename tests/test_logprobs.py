@@ -147,3 +147,21 @@ def test_distinct_rows_keeps_first_rows_in_batch_order():
     keep, inverse = distinct_rows(ids, mask)
     assert keep.tolist() == [0, 1, 2, 3] and inverse.tolist() == [0, 1, 2, 3, 1]
     assert distinct_rows(ids[:2], mask[:2]) is None
+
+
+def test_no_grad_logprobs_are_the_graph_pass_s_values_and_a_later_graph_can_use_them(policy):
+    """The no-grad pass (reference, pi_old) runs in inference mode; what it returns is an ordinary
+    tensor that a loss may save for its backward (``logp * ref`` saves ``ref``)."""
+    from rlvr.rollout import Batch
+    from rlvr.update import no_grad_logprobs
+
+    ids, mask, response, length = _rows(policy.config.pad_token_id)
+    zeros = torch.zeros_like(response)
+    batch = Batch(input_ids=ids, attention_mask=mask, response_mask=response, engine_logp=zeros, advantages=zeros[:, 0])
+    ref = no_grad_logprobs(policy, batch, micro_batch_size=4, temperature=1.0)  # two micro-batches
+    assert not ref.is_inference() and not ref.requires_grad
+    logp, _ = completion_logprobs(policy, ids, mask, length)
+    torch.testing.assert_close(ref * response, logp.detach() * response, rtol=1e-5, atol=1e-6)
+    (logp * ref * response).sum().backward()
+    assert all(p.grad is not None for p in policy.parameters())
+    policy.zero_grad()

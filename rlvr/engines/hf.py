@@ -2,7 +2,7 @@
 
 It generates with the trainer's own policy module (``weight_sync = "shared"``), so there are no
 weights to push after an update. Each distinct prompt is prefilled once and its KV cache indexed out
-to its n samples; then one token per step for every sequence, sampled as ``transformers``'
+to its n samples; then one token per step for every sequence still running, sampled as ``transformers``'
 ``generate`` samples (temperature, then top-k, then top-p), without its per-step machinery. The
 log-probability of each chosen token under the full tempered distribution is recorded as it is
 drawn, keeping no step's logits beyond the current one. A model that :mod:`rlvr.fast_forward`
@@ -39,8 +39,19 @@ def sample_next(logits: torch.Tensor, sampling: SamplingParams) -> tuple[torch.T
         drop = sorted_scores.softmax(dim=-1).cumsum(dim=-1) <= 1 - sampling.top_p
         drop[:, -1] = False
         scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
-    tokens = torch.multinomial(scores.softmax(dim=-1), 1).squeeze(1)
+    tokens = draw(scores.softmax(dim=-1))
     return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+def draw(probs: torch.Tensor) -> torch.Tensor:
+    """One index per row of ``probs [N, V]``, drawn with those probabilities by inverting the row's
+    cumulative distribution (float64) at one uniform number. ``torch.multinomial`` draws an
+    exponential number per vocabulary entry instead: on the CPU 135 us against 18 us for 64 rows of
+    101 entries, 55 ms against 2 ms for 64 rows of 49,152 (``benchmarks/README.md``). An entry of
+    probability 0 is never drawn: its cumulative value equals the one before it."""
+    cdf = probs.cumsum(dim=-1, dtype=torch.float64)
+    u = torch.rand(len(probs), 1, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
 
 
 class HFEngine:
@@ -121,18 +132,20 @@ class HFEngine:
             finished |= torch.isin(token, eos)
             if index + 1 == sampling.max_new_tokens or bool(finished.all()):
                 break
-            logits = step.send(token)
+            logits = step.send((token, ~finished))
         step.close()
         return torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)
 
     def _fast_steps(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, max_new: int):
         """A generator of next-token logits ``[P * n, V]``: first after the prompts, then after each
-        token sent in (:mod:`rlvr.fast_forward`)."""
+        ``(token, running)`` sent in (:mod:`rlvr.fast_forward`); a row not running (it has finished)
+        is not computed and gets logits 0."""
         last, prompts = fast_forward.encode_prompts(self.model, input_ids, attention_mask, n)
         rows = fast_forward.RowCache.empty(prompts, capacity=max_new)
-        token = yield last.repeat_interleave(n, dim=0)
+        token, running = yield last.repeat_interleave(n, dim=0)
         while True:
-            token = yield fast_forward.forward_rows(self.model, token[:, None], prompts, rows)[:, -1]
+            token, running = yield fast_forward.forward_rows(self.model, token[:, None], prompts, rows,
+                                                             needed=running[:, None])[:, -1]
 
     def _model_steps(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int):
         """:meth:`_fast_steps` by the model's own forward and KV cache (each prompt's copied n times)."""
@@ -144,13 +157,13 @@ class HFEngine:
         cache.reorder_cache(rows)  # each prompt's cache, once per sample
         attention_mask = attention_mask[rows]
         next_position = positions[rows, -1:] + 1
-        token = yield prefill.logits[rows, -1]
+        token, _ = yield prefill.logits[rows, -1]
         while True:
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
             out = self.model(input_ids=token[:, None], attention_mask=attention_mask, position_ids=next_position,
                              use_cache=True, **{cache_argument(self.model): cache})
             next_position = next_position + 1
-            token = yield out.logits[:, -1]
+            token, _ = yield out.logits[:, -1]
 
     def _to_groups(self, new_tokens: torch.Tensor, logprobs: torch.Tensor, num_prompts: int, n: int, max_new: int) -> list[list[Completion]]:
         is_eos = torch.isin(new_tokens, torch.tensor(self.eos_ids))
