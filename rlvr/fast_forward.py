@@ -5,16 +5,18 @@ It computes the function of the model's own (transformers) forward, on the modul
 and the per-call machinery that cost a small model much of its step:
 
 * **shared-prompt attention**: the G rows of a group attend to their prompt's keys and values, held
-  once per prompt (``[D, kv_heads, W, d]``), never copied per row; a row's scores over its prompt and
-  over its own tokens go through one softmax (the same function as attention over the concatenated
-  keys), and the gradient of a prompt's keys sums over its rows inside the matmul;
+  once per prompt, never copied per row; a row's scores over its prompt and over its own tokens go
+  through one softmax (the same function as attention over the concatenated keys), and the
+  gradient of a prompt's keys sums over its rows inside the matmul;
+* a training pass runs the prompts and their rows through each layer together
+  (:func:`forward_prompts_and_rows`): one matmul per projection, attention per section;
 * a preallocated key/value buffer for the rows' own tokens while decoding;
 * masks as additive biases built once per call (``finfo.min``, never ``-inf``: a padded query row
   then attends uniformly instead of producing NaN);
-* in a training pass, a finished row's padding is not computed (``forward_rows(needed=...)``).
+* a finished row's padding is not computed, in training and while decoding (``needed``).
 
 Fusing the q/k/v and gate/up projections into one matmul each was measured slower in the backward
-on the CPU and is not done (``benchmarks/README.md``).
+on the CPU, and gained 2% of decoding only, so it is not done (``benchmarks/README.md``).
 
 Supported: plain ``llama``, ``mistral`` and ``qwen2`` modules (not peft-wrapped, every projection a
 ``torch.nn.Linear``, SiLU MLP, no sliding window, no attention dropout while training, no gradient
