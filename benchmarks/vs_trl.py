@@ -8,7 +8,9 @@ Everything is built here, nothing is downloaded: the quickstart's tiny character
 SFT warm start (3-digit addition, ``7+345=`` -> ``352``, stopped at ~0.30 greedy accuracy), and the
 problems, which both systems read as the same raw strings (no chat template: TRL feeds string
 prompts raw; both see the same token ids, ``<bos>`` first) with the same reward: rlvr's ``numeric``
-verifier (1 for the right number).
+verifier (1 for the right number). Both train on the same problems at every step: TRL reads them
+unshuffled, in the order that the rlvr run's seeded sampler draws them (a seed's 160 problems can be
+0.05 easier or harder than another's on average, more than the two systems' own difference).
 
 Step time (the default): each system runs in its own process, the two alternating for ``--rounds``
 rounds at each beta, so both see the same machine (these machines are shared and noisy). Matched
@@ -30,10 +32,9 @@ never reaches it). rlvr uses its quickstart config (beta 0.04, z-score groups, s
 guidance from the gold answers on all-wrong groups); TRL its defaults for the rest (dapo loss, beta
 0.04 to match; it has no guidance).
 
-Settings that cannot be matched: TRL's sampler shuffles its own copy of the problems (same problems,
-another order); rlvr's generation records the sampling log-probs itself (TRL computes them in the
-update's forward at one epoch); TRL evaluates nothing by itself, so its evaluation runs in a callback
-whose time is subtracted.
+Settings that cannot be matched: rlvr's generation records the sampling log-probs itself (TRL
+computes them in the update's forward at one epoch); TRL evaluates nothing by itself, so its
+evaluation runs in a callback whose time is subtracted.
 """
 
 from __future__ import annotations
@@ -86,6 +87,14 @@ def problems(split: str) -> list[dict]:
 
     return [{"prompt": p.prompt[-1]["content"], "answer": str(p.reference["answer"])}
             for p in get_task("arithmetic", split=split, **TASK_OPTIONS)]
+
+
+def in_rlvr_order(rows: list[dict], seed: int) -> list[dict]:
+    """``rows`` in the order an rlvr run with this seed draws its problems: its ``ProblemSampler``
+    over the one suite ``arithmetic`` (the suite's name is part of the sampler's seed)."""
+    from rlvr.rollout import ProblemSampler
+
+    return [row for _, row in ProblemSampler({"arithmetic": rows}, {"arithmetic": 1.0}, seed=seed).next(len(rows))]
 
 
 def greedy_accuracy(model, tokenizer, limit: int, max_new_tokens: int) -> float:
@@ -157,13 +166,14 @@ def run_trl(spec: dict) -> dict:
         max_completion_length=spec["new_tokens"], temperature=1.0,
         learning_rate=spec["lr"], lr_scheduler_type="constant", warmup_steps=spec.get("warmup", 0),
         max_grad_norm=1.0, beta=spec["beta"], loss_type=spec.get("loss_type", "dapo"), epsilon=0.2,
-        logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,
+        logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True, shuffle_dataset=False,
         use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, dataloader_num_workers=0,
     )
     clock = Clock()
     # TRL tokenizes a string prompt with the tokenizer's call defaults, which add no <bos> here; rlvr
     # (and the SFT warm start) put <bos> first: write it into the text so that the ids are the same.
-    dataset = Dataset.from_list([{**row, "prompt": tokenizer.bos_token + row["prompt"]} for row in problems("train")])
+    rows = in_rlvr_order(problems("train"), spec["seed"])  # unshuffled: the same problems as rlvr at every step
+    dataset = Dataset.from_list([{**row, "prompt": tokenizer.bos_token + row["prompt"]} for row in rows])
     trainer = GRPOTrainer(model=model, reward_funcs=exact_answer, args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[clock])
     trainer.train()
