@@ -148,11 +148,11 @@ def _fast_shared_prompts(model, prompts: torch.Tensor, row_prompt: torch.Tensor,
         last, tail = fast_forward.forward_prompts_and_rows(model, prompts[:, :width], prompts[:, width:],
                                                            completions[:, : completion_len - 1],
                                                            needed=completion_mask[:, 1:completion_len].bool())
-    else:
+    else:  # the prompt's last position predicts the only token
         last, _ = fast_forward.encode_prompts(model, prompts[:, :width], prompts[:, width:], group)
-    logits = last[:, None].expand(-1, group, -1).reshape(cells, 1, -1)  # backward: a sum over the group
-    if completion_len > 1:
-        logits = torch.cat([logits, tail], dim=1)
+        tail = last.new_zeros(cells, 0, last.shape[-1])
+    first = last[:, None].expand(-1, group, -1).reshape(cells, 1, -1)  # backward: a sum over the group
+    logits = torch.cat([first, tail], dim=1)
     return logits if in_place else logits[cell]
 
 
