@@ -1,7 +1,7 @@
 """Benchmark the ``math`` verifier and the runner; plain math-verify side by side.
 
-    python benchmarks/verifiers.py            # hand-made + MATH-500/GSM8K-derived cases (~2,100)
-    python benchmarks/verifiers.py --full     # + the 4,500 other MATH test problems (~11,000 cases)
+    python benchmarks/verifiers.py            # hand-made + MATH-500/GSM8K-derived cases (5,679)
+    python benchmarks/verifiers.py --full     # + the 4,500 other MATH test problems and GSM8K train (29,502)
     python benchmarks/verifiers.py --json out.json
 
 Prints, for the case set in tests/verifier_cases (see its README in build.py / real.py):
@@ -12,6 +12,9 @@ Prints, for the case set in tests/verifier_cases (see its README in build.py / r
 * hostile input: every probe scored in-process from a worker thread (must not hang: a probe that
   takes longer than 10 s counts as a hang) and through the runner's worker pool;
 * runner throughput with worker processes (cache off), for ``math`` and the cheap ``numeric``;
+* Math-Verify's own unit tests (``tests/verifier_cases/math_verify_suite.py`` reads their labelled
+  pairs from the math-verify 0.9.0 sdist named by ``$RLVR_MATH_VERIFY_TESTS`` or unpacked under
+  ``~/.cache/rlvr/math-verify-suite``): how many labels ``math`` and plain math-verify agree with;
 * truncated completions (GSM8K / MATH-500 solutions cut mid-reasoning, ``real.truncated_cases``):
   how many are credited or have an answer extracted when scored with ``finish_reason=None`` (as a
   verifier that is not told sees them) and with ``finish_reason="length"``, and how many whole
@@ -49,6 +52,29 @@ def _real_module():
 
 def load_cases(full: bool) -> list[dict]:
     return _real_module().load_cases(real=True, full=full)
+
+
+def math_verify_suite(baseline: bool = True) -> dict:
+    """Agreement with the labels of Math-Verify's own tests, ``math`` and plain math-verify side by side;
+    ``{}`` when the suite is not on this machine."""
+    spec = importlib.util.spec_from_file_location("verifier_cases_math_verify_suite",
+                                                  ROOT / "tests" / "verifier_cases" / "math_verify_suite.py")
+    suite = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = suite
+    spec.loader.exec_module(suite)
+    tests_dir = suite.suite_dir()
+    if tests_dir is None:
+        return {}
+    pairs, skipped = suite.extract_pairs(tests_dir)
+    ours = suite.score_ours(pairs)
+    out = {"tests_dir": str(tests_dir), "pairs": len(pairs), "skipped": skipped,
+           "rlvr math": sum(ours[p.id] == p.expected for p in pairs),
+           "rlvr math disagrees": [p.id for p in pairs if ours[p.id] != p.expected]}
+    if baseline:
+        plain = suite.score_math_verify(pairs)
+        out["math-verify"] = sum(plain[p.id] == p.expected for p in pairs)
+        out["math-verify disagrees"] = [p.id for p in pairs if plain[p.id] != p.expected]
+    return out
 
 
 def truncation() -> dict:
@@ -220,6 +246,19 @@ def main() -> int:
     print(f"runner throughput, cache off: {args.workers} workers: math {throughput['math']:.0f}/s, numeric "
           f"{throughput['numeric']:.0f}/s; in-process: math {in_process['math']:.0f}/s, numeric {in_process['numeric']:.0f}/s")
 
+    mv_suite = math_verify_suite(baseline=not args.no_baseline)
+    if mv_suite:
+        line = (f"\nMath-Verify's own tests ({mv_suite['pairs']} labelled pairs): rlvr math agrees on "
+                f"{mv_suite['rlvr math']}")
+        if "math-verify" in mv_suite:
+            line += f", plain math-verify on {mv_suite['math-verify']}"
+        print(line)
+        print(f"  rlvr math disagrees: {', '.join(mv_suite['rlvr math disagrees'])}")
+        if "math-verify" in mv_suite:
+            print(f"  math-verify disagrees: {', '.join(mv_suite['math-verify disagrees'])}")
+    else:
+        print("\nMath-Verify's own tests: not found (set RLVR_MATH_VERIFY_TESTS; see tests/test_math_verify_suite.py)")
+
     truncated = truncation()
     if truncated:
         print("\ntruncated completions: credited / answer extracted, finish_reason=None vs 'length'")
@@ -230,7 +269,7 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps({"accuracy": table, "hostile_threads": threads, "hostile_runner": pooled,
                                          "runner_items_per_s": {"workers": throughput, "in_process": in_process},
-                                         "truncated": truncated},
+                                         "truncated": truncated, "math_verify_suite": mv_suite},
                                         indent=1))
     return 0
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from fractions import Fraction
 
 import pytest
 
 from rlvr.verifiers import get_verifier
-from rlvr.verifiers.math.answer import Choice, Interval, Matrix, Relation, Scalar, Seq, Text, parse_answer
+from rlvr.verifiers.math.answer import Choice, Interval, Matrix, Relation, Scalar, Seq, Text, Union_, parse_answer
 from rlvr.verifiers.math.equivalence import compare
 from rlvr.verifiers.math.evaluate import evaluate
 from rlvr.verifiers.math.expr import TooLarge, parse_expr
@@ -341,3 +342,144 @@ def test_no_super_linear_patterns_on_long_repetitive_input(math):
             reward = score(math, text, "42")
             assert time.perf_counter() - start < 2.0, (fragment, len(text))
             assert reward.score == 0.0
+
+
+# ----------------------------------------------------------------------------- Math-Verify's suite
+# The failure groups found by scoring the verifier on Math-Verify's own unit tests
+# (tests/test_math_verify_suite.py); each fix at its own layer, with our own examples.
+@pytest.mark.parametrize("gold, pred, expected", [
+    ("|PQ| = 12", "12", 1), ("|PQ| = 12", "13", 0),            # a label on the left: the value is the gold
+    ("g(t) = 7", "7", 1), ("(m, n) = (4, 9)", "(4, 9)", 1), ("(m, n) = (4, 9)", "(9, 4)", 0),
+    ("A_1:A_2 = 2:5", "2:5", 1), (r"\frac{PM}{MQ} = \frac{1}{\sqrt3}", r"\frac{\sqrt3}{3}", 1),
+    ("x + y = 5", "5", 0), ("2x = 6", "6", 0), ("2x = 6", "3", 0),  # a sum or a coefficient is no label
+    ("a=3, b=1; a=5, b=1", "(3,1),(5,1)", 1), ("a=3, b=1; a=5, b=1", "(1,3),(1,5)", 0),
+    ("x=1, y=2", "(1, 2)", 1), ("x=1, y=2", "(2, 1)", 0),
+])
+def test_named_left_side_states_the_value(gold, pred, expected):
+    assert compare(parse_answer(gold), parse_answer(pred), 1e-6) is bool(expected)
+
+
+def test_relation_label_flag():
+    from rlvr.verifiers.math.answer import is_label
+
+    assert parse_answer("f(x) = 1").named and parse_answer("|AB| = 1").named and parse_answer("x = 1").named
+    assert not parse_answer("x + y = 1").named and not parse_answer("2x = 1").named
+    assert is_label(r"S_{ABC}:S") and is_label(r"V_{1}") and not is_label("x^2") and not is_label(r"\sqrt{x}")
+
+
+@pytest.mark.parametrize("text, value", [
+    ("x = 3 + 4 + 1 = 8", 8), ("x = 3 + 4 + 1 = 7 = 8", 8),        # a chain: the named unknown is the last member
+    (r"x = \frac13 \approx 0.33", Fraction(1, 3)),                # the exact value before \approx
+    (r"x \approx 2.5", Fraction(5, 2)), (r"\frac13 \approx 0.33", Fraction(1, 3)),
+])
+def test_chains_and_approximations(text, value):
+    answer = parse_answer(text)
+    if isinstance(answer, Relation):
+        answer = answer.rhs
+    assert isinstance(answer, Scalar) and evaluate(answer.expr.tree) == value
+
+
+def test_chained_inequalities_are_intervals():
+    two = parse_answer(r"2 \le |w| \le 5")
+    assert isinstance(two, Union_) and len(two.items) == 2
+    assert compare(two, parse_answer(r"[-5, -2] \cup [2, 5]"), 1e-6) is True
+    assert compare(two, parse_answer("[2, 5]"), 1e-6) is False
+    assert compare(parse_answer(r"0 \le |w| < 5"), parse_answer("(-5, 5)"), 1e-6) is True
+    assert isinstance(parse_answer("0 < g(x) < 4"), Interval)
+    assert not isinstance(parse_answer("0 < 2x + y < 4"), Interval)
+
+
+def test_gold_lists_with_or_and_semicolons():
+    assert compare(parse_answer("2, 7 or 9"), parse_answer("9, 2, 7"), 1e-6) is True
+    assert compare(parse_answer("x < -1 or x > 3"), parse_answer(r"(-\infty, -1) \cup (3, \infty)"), 1e-6) is True
+    assert isinstance(parse_answer("a=3, b=1; a=5, b=1"), Seq) and len(parse_answer("a=3, b=1; a=5, b=1").items) == 2
+    assert len(parse_answer("-4; -3; 1").items) == 3  # a plain ";" list stays flat
+
+
+def test_unescaped_braces_are_a_list_and_repeats_count_once():
+    assert parse_answer("{2, 6}") == Seq(parse_answer("2, 6").items, "list")
+    assert compare(parse_answer("(2, 6)"), parse_answer("{2, 6}"), 1e-6) is True
+    assert compare(parse_answer("(6, 2)"), parse_answer("{2, 6}"), 1e-6) is False
+    assert compare(parse_answer(r"\{6, 2\}"), parse_answer("{2, 6}"), 1e-6) is True
+    assert compare(parse_answer("(1,2),(3,4)"), parse_answer("(1,2), (3,4), (1,2)"), 1e-6) is True
+    assert compare(parse_answer("(1, 2, 2)"), parse_answer("(1, 2)"), 1e-6) is False  # a tuple keeps its entries
+
+
+@pytest.mark.parametrize("text, numeric_gold, value", [
+    ("1000,99", True, Fraction(100099, 100)), ("0,111", True, Fraction(111, 1000)), ("12,500", True, 12500),
+    ("12 500", True, 12500), ("0,111", False, None), ("48, 120", True, None),  # a comma and a space: a list
+])
+def test_digit_grouping_and_decimal_commas(text, numeric_gold, value):
+    answer = parse_answer(text, numeric_gold=numeric_gold)
+    if value is None:
+        assert isinstance(answer, Seq)
+    else:
+        assert isinstance(answer, Scalar) and evaluate(answer.expr.tree) == value
+
+
+def test_gold_decimal_comma_only_when_the_answer_writes_the_decimal(math):
+    assert score(math, "1.22", "1,22").score == 1.0
+    assert score(math, r"\boxed{1, 22}", "1,22").score == 1.0  # MATH writes lists this way ("0,1", "27,93")
+    assert score(math, "1.23", "1,22").score == 0.0
+
+
+def test_doubled_backslashes_are_read_once(math):
+    assert normalize(r"-2 \\le x \\le 7").text == "-2 <= x <= 7"
+    assert normalize(r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}").text.count("\\\\") == 1  # a row break stays
+    assert score(math, r"The answer is $\\frac{1}{4}$.", "0.25").score == 1.0
+    assert score(math, r"\boxed{0.25}", r"$\\frac{1}{4}$").score == 1.0
+
+
+@pytest.mark.parametrize("text, answers, source", [
+    (r"$\frac25$", [r"\frac25"], "bare"), (r"$$\text{composite}$$", [r"\text{composite}"], "bare"),
+    (r"\frac{7}{4}", [r"\frac{7}{4}"], "bare"), ("12 500", ["12 500"], "bare"), ("x = 5", ["x = 5"], "bare"),
+    ("3 5", ["5"], "last_number"),                     # two numbers are not the product 15
+    ("It costs 4,75 €.", ["4,75"], "last_number"), ("The plot measures 2,500.5m².", ["2,500.5"], "last_number"),
+    ("The points are (2,74).", [], "enumeration"), ("so it is 2x", [], None),
+])
+def test_bare_answers_and_number_forms(text, answers, source):
+    found = extract(text)
+    assert (found.answers, found.source) == (answers, source)
+
+
+def test_unclosed_think_block_has_no_fallback_answer():
+    assert extract("<think>\nEach of the 6 bags holds 7 marbles, so 6 * 7 = 42").answers == []
+    assert extract("<think>\nSo there are **42** marbles.").answers == []
+    assert extract("<think>\nSo there are 42 marbles.").source == "unclosed_think"
+    assert extract("<think>a</think>\n<think>\nso 6 * 7 = 42").answers == []  # the last block is the open one
+    assert extract("<think>6 * 7 = 42</think> There are 42 marbles.").answers == ["42"]
+    assert extract("<think>\nThe answer is 42").answers == ["42"]  # an explicit marker still counts
+
+
+def test_large_matrix_is_not_its_entries(math):
+    matrix = r"\begin{pmatrix} " + r" \\ ".join(" & ".join(["3"] * 30) for _ in range(30)) + r" \end{pmatrix}"
+    for text in (f"The matrix is ${matrix}$.", matrix, f"\\[{matrix}\\]"):
+        reward = score(math, text, "3")
+        assert reward.score == 0.0, reward.info
+    assert extract(matrix).source == "environment"
+
+
+def test_gold_with_several_boxes_or_a_worked_solution():
+    from rlvr.verifiers.math.verifier import parse_gold
+
+    assert parse_gold(r"\boxed{3} and \boxed{8}")[1] == parse_answer("3, 8")
+    assert parse_gold(r"$\boxed{3}, \boxed{8}$")[1] == parse_answer("3, 8")
+    assert parse_gold(r"\boxed{4} and then \boxed{4}")[1] == parse_answer("4")
+    # boxes apart in prose without a connector: the last one is the gold
+    assert parse_gold(r"First \boxed{3}, which fails the check on the second condition; so \boxed{8}")[1] \
+        == parse_answer("8")
+    solution = ("There are $4 \\cdot 6 = 24$ apples and 7 are eaten, which leaves $24 - 7 = 17$. Final Answer: The "
+                "final answer is $17$. I hope it is correct. Note: the count assumes no apple was counted twice.")
+    assert parse_gold(solution)[1] == parse_answer("17")
+
+
+def test_intermediate_boxes_before_a_final_answer(math):
+    worked = (r"First half: $0.03 \cdot 5,000 = \boxed{150}$ So the balance is 5,150 dollars. Second half: "
+              r"$0.03 \cdot 5,150 = \boxed{154.5}$ So it becomes 5,304.5 dollars. Final Answer: The final answer "
+              r"is $5,304.50$.")
+    assert set(extract(worked).answers) == {"5,304.50"}
+    assert score(math, worked, "5304.5").score == 1.0
+    # a box that is not a computation step, or a final statement right after it: two answers (hedging)
+    assert score(math, r"\boxed{150} Then the balance grows again over the second half of the year. Final "
+                       r"Answer: The final answer is $5,304.50$.", "5304.5").score == 0.0
+    assert score(math, r"So $0.03 \cdot 5,000 = \boxed{150}$. Final Answer: 5,304.50", "5304.5").score == 0.0

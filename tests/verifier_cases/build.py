@@ -671,6 +671,107 @@ for _category, _completion, _answer, _expected in SIXTH_PASS:
     case(_category, _completion, _answer, _expected, "sixth pass (issue 12)")
 
 
+# ----------------------------------------------------------------------------- seventh pass: Math-Verify's suite
+# The failure groups found by scoring this verifier on Math-Verify's own unit tests
+# (tests/test_math_verify_suite.py reads them from its sdist; none of its cases is copied here, these
+# are ours): golds with a named left side, chained and approximate results, math segments without a
+# standalone number, golds with several boxes or a worked solution, digit grouping and decimal commas,
+# chained inequalities against intervals; and two false positives: a response still inside its <think>
+# block, and a large matrix filled with the gold number.
+_BIG_MATRIX = r"\begin{pmatrix} " + r" \\ ".join(" & ".join(["3"] * 30) for _ in range(30)) + r" \end{pmatrix}"
+_WORKED_GOLD = ("The boxes hold 4 rows of 6 apples, so there are $4 \\cdot 6 = 24$ apples; 7 are eaten, which "
+                "leaves $24 - 7 = 17$. Final Answer: The final answer is $17$. I hope it is correct. Note: the "
+                "count assumes no apple was counted twice, which the statement guarantees. Final Answer: The "
+                "final answer is $17$.")
+SEVENTH_PASS = [
+    ("labelled", r"\boxed{12}", r"|PQ| = 12", 1),
+    ("labelled", r"\boxed{13}", r"|PQ| = 12", 0),
+    ("labelled", "$$7$$", "g(t) = 7", 1),
+    ("labelled", "$$-7$$", "g(t) = 7", 0),
+    ("labelled", r"\boxed{(4, 9)}", "(m, n) = (4, 9)", 1),
+    ("labelled", r"\boxed{(9, 4)}", "(m, n) = (4, 9)", 0),
+    ("labelled", r"\boxed{6, 8}", "PQ=6, RS=8", 1),
+    ("labelled", r"\boxed{6, 9}", "PQ=6, RS=8", 0),
+    ("labelled", r"\boxed{2:5}", "A_1:A_2 = 2:5", 1),
+    ("labelled", r"\boxed{5:2}", "A_1:A_2 = 2:5", 0),
+    ("labelled", r"\boxed{\frac{\sqrt{3}}{3}}", r"\frac{PM}{MQ} = \frac{1}{\sqrt{3}}", 1),
+    ("labelled", r"\boxed{(3,1),(5,1)}", "a=3, b=1; a=5, b=1", 1),
+    ("labelled", r"\boxed{(1,3),(1,5)}", "a=3, b=1; a=5, b=1", 0),
+    ("labelled", "The answer is 5.", "x + y = 5", 0),
+    ("chained", r"$y = 4 \cdot 3 - 2 = 10$", "10", 1),
+    ("chained", r"$y = 4 \cdot 3 - 2 = 10$", "12", 0),
+    ("chained", r"So $y = 4 \cdot 3 - 2 = 10$.", "y = 10", 1),
+    ("chained", r"Thus $t = \frac{2}{3} \approx 0.67$.", r"\frac23", 1),
+    ("chained", r"Thus $t = \frac{2}{3} \approx 0.67$.", "0.67", 1),
+    ("chained", r"Thus $t = \frac{2}{3} \approx 0.67$.", "0.6", 0),
+    ("chained", r"So $r \approx 2.45$.", "2.45", 1),
+    ("chained", r"\boxed{w = 3 + 4 = 7}", "7", 1),
+    ("chained", r"\boxed{w = 3 + 4 = 7}", "3", 0),
+    ("bare_answer", r"\frac{7}{4}", "1.75", 1),
+    ("bare_answer", r"\frac{7}{4}", "4", 0),
+    ("bare_answer", r"-\frac{7}{4}", "-1.75", 1),
+    ("bare_answer", r"$\frac25$", "0.4", 1),
+    ("bare_answer", r"$\frac25$", "5", 0),
+    ("bare_answer", r"$\sqrt5 $", r"\sqrt{5}", 1),
+    ("bare_answer", r"$\sqrt5 $", "5", 0),
+    ("bare_answer", r"$\cos^2(t)$", r"1 - \sin^2(t)", 1),
+    ("bare_answer", r"$\cos^2(t)$", r"1 + \sin^2(t)", 0),
+    ("bare_answer", "$$\\text{composite}$$", r"\text{composite}", 1),
+    ("bare_answer", "$$\\text{composite}$$", r"\text{prime}", 0),
+    ("bare_answer", "$prime$", r"\text{Prime}", 1),
+    ("bare_answer", "$$g(s) = s^2$$", "g(s) = s^2", 1),
+    ("bare_answer", "$$g(s) = s^3$$", "g(s) = s^2", 0),
+    ("bare_answer", "3 5", "15", 0),
+    ("bare_answer", r"$\begin{pmatrix} 2 & 0 \\ 0 & 2 \end{pmatrix}$", "2", 0),
+    ("norm_thousands", "12 500", "12500", 1),
+    ("norm_thousands", "12 500", "500", 0),
+    ("norm_thousands", "It costs 4,75 €.", "4.75", 1),
+    ("norm_thousands", "It costs 4,75 €.", "475", 0),
+    ("norm_thousands", "The plot measures 2,500.5m².", "2500.5", 1),
+    ("norm_thousands", "The plot measures 2,500.5m².", "2500", 0),
+    ("norm_thousands", r"$\boxed{48, 120}$", "48120", 0),
+    ("norm_thousands", r"$\boxed{48,120}$", "48120", 1),
+    ("norm_thousands", r"\boxed{3,5}", "3.5", 1),
+    ("norm_thousands", r"\boxed{3,5}", "35", 0),
+    ("norm_thousands", r"\boxed{0.45}", "0,45", 1),
+    ("norm_thousands", r"\boxed{2, 45}", "2,45", 1),
+    ("norm_thousands", r"\boxed{2.46}", "2,45", 0),
+    ("gold_forms", r"\boxed{3, 8}", r"\boxed{3} and \boxed{8}", 1),
+    ("gold_forms", r"\boxed{8}", r"\boxed{3} and \boxed{8}", 0),
+    ("gold_forms", r"The sides are $\boxed{5}$ and $\boxed{12}$.", r"$\boxed{12}$, $\boxed{5}$", 1),
+    ("gold_forms", r"\boxed{8}", r"First \boxed{3}, which fails the check on the second condition; the count is \boxed{8}", 1),
+    ("gold_forms", r"\boxed{3, 8}", r"First \boxed{3}, which fails the check on the second condition; the count is \boxed{8}", 0),
+    ("gold_forms", r"\boxed{17}", _WORKED_GOLD, 1),
+    ("gold_forms", r"\boxed{24}", _WORKED_GOLD, 0),
+    ("gold_forms", r"\boxed{2, 7, 9}", "2, 7 or 9", 1),
+    ("gold_forms", r"\boxed{2, 7}", "2, 7 or 9", 0),
+    ("gold_forms", r"The answer is $\\frac{1}{4}$.", "0.25", 1),
+    ("gold_forms", r"\boxed{0.25}", r"$\\frac{1}{4}$", 1),
+    ("gold_forms", r"\boxed{0.5}", r"$\\frac{1}{4}$", 0),
+    ("inequality", r"$w \in [-5, -2] \cup [2, 5]$", r"2 \le |w| \le 5", 1),
+    ("inequality", r"$w \in [2, 5]$", r"2 \le |w| \le 5", 0),
+    ("inequality", r"$(0, 4)$", "0 < g(x) < 4", 1),
+    ("inequality", r"$[0, 4]$", "0 < g(x) < 4", 0),
+    ("inequality", r"$t \in [-1, 6]$", r"-1 \\le t \\le 6", 1),
+    ("norm_tuple_set", "${2,6}$", "(2,6)", 1),
+    ("norm_tuple_set", "${2,6}$", "(6,2)", 0),
+    ("norm_tuple_set", r"\boxed{(1,2), (3,4), (1,2)}", "(1,2),(3,4)", 1),
+    ("norm_tuple_set", r"\boxed{(1,2), (3,5)}", "(1,2),(3,4)", 0),
+    ("conclusion", r"Interest for the first half-year: $0.03 \cdot 5,000 = \boxed{150}$ So the balance is 5,150 "
+                   r"dollars. For the second: $0.03 \cdot 5,150 = \boxed{154.5}$ So the balance becomes 5,304.5 "
+                   r"dollars. Final Answer: The final answer is $5,304.50$.", "5304.5", 1),
+    ("hedging", r"So $0.03 \cdot 5,000 = \boxed{150}$. Final Answer: 5,304.50", "5304.5", 0),
+    ("hedging", r"\boxed{150} Then the balance grows again in the second half of the year. Final Answer: The "
+                r"final answer is $5,304.50$.", "5304.5", 0),
+    ("extract_last_number", "<think>\nEach of the 6 bags holds 7 marbles, so 6 * 7 = 42", "42", 0),
+    ("extract_last_number", "<think>\nEach of the 6 bags holds 7 marbles. So there are 42 marbles.", "42", 0),
+    ("extract_last_number", "<think>6 * 7 = 42</think>\nThere are 42 marbles.", "42", 1),
+    ("shape", f"The matrix is ${_BIG_MATRIX}$.", "3", 0),
+    ("shape", f"{_BIG_MATRIX}", "3", 0),
+]
+for _category, _completion, _answer, _expected in SEVENTH_PASS:
+    case(_category, _completion, _answer, _expected, "seventh pass (Math-Verify's suite)")
+
 def main() -> None:
     out = Path(__file__).with_name("cases.jsonl")
     counts: dict[str, int] = {}

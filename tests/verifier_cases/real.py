@@ -153,10 +153,15 @@ def load_cases(*, real: bool = True, full: bool = False) -> list[dict]:
     """Hand-made cases (``cases.jsonl``) plus, when the data is present, the real-data cases."""
     cases = _rows(Path(__file__).with_name("cases.jsonl"))
     if real:
-        extra = real_cases(full=full)
-        counts: dict[str, int] = {}
-        for c in extra:
-            counts[c["category"]] = counts.get(c["category"], 0) + 1
-            c["id"] = f"{c['category']}-{counts[c['category']]:04d}"
-        cases += extra
+        cases += with_ids(real_cases(full=full))
+    return cases
+
+
+def with_ids(cases: list[dict]) -> list[dict]:
+    """``cases`` with an ``id`` each, ``<category>-NNNN`` in order (stable while the data and the
+    arguments of :func:`real_cases` are)."""
+    counts: dict[str, int] = {}
+    for c in cases:
+        counts[c["category"]] = counts.get(c["category"], 0) + 1
+        c["id"] = f"{c['category']}-{counts[c['category']]:04d}"
     return cases

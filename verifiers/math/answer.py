@@ -6,6 +6,13 @@
 ``1 \\pm \\sqrt{19}`` is the pair of its two values, ``x = 5`` is an equation whose right side may be
 compared with ``5``, ``\\text{(C)}`` is a multiple-choice letter and ``\\text{Evelyn}`` is a word.
 
+A chain ``x = 5 + 5 + 1 = 11`` is ``x = 11``; ``x = \\frac13 \\approx 0.33`` keeps the exact value
+(``x \\approx 0.33`` alone is ``x = 0.33``); ``0 < f(x) < 1`` is the interval ``(0, 1)`` and
+``1 \\le |z| \\le 2`` the union ``[-2, -1] \\cup [1, 2]``. ``{1, 2}`` without backslashes is a list
+(LaTeX grouping braces), a set only when escaped. A gold may list its answers with "or" or
+separate solutions with ";" (``p=5, q=2; p=7, q=2``). Against a plain-number gold, ``1000,99`` is
+one number with a decimal comma; ``48, 120`` (a comma and a space) is always a list.
+
 Anything the structural parser cannot read becomes :class:`Unparsed`, which the comparison hands
 to sympy (via math-verify) instead of guessing.
 """
@@ -72,11 +79,14 @@ class Matrix:
 
 @dataclass(frozen=True)
 class Relation:
-    """``lhs op rhs`` with op one of ``= != < <= > >=``."""
+    """``lhs op rhs`` with op one of ``= != < <= > >=``. ``named``: the left side is a label, not a
+    quantity to solve for (``f(x)``, ``|AB|``, ``A:B``, ``(p, q)``, ``\\frac{NO}{BO}``: letters, no
+    digits outside subscripts, no sum), so ``label = value`` states the value."""
 
     lhs: object
     op: str
     rhs: object
+    named: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,13 +126,17 @@ _NUMBER_WORDS = {w: i for i, w in enumerate(
 _NUMBER_WORDS.update({w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), 2)})
 _NUMBER_WORD_RE = re.compile(r"^(?:a|(%s)(?:[- ](%s))?)(?:\s+(hundred|thousand|million|billion))?$" % (
     "|".join(_NUMBER_WORDS), "one|two|three|four|five|six|seven|eight|nine"), re.I)
-_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$|^[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")
-_SPACED_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:, \d{3})+(?:\.\d+)?$")
+_THOUSANDS_RE = re.compile(r"^[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$|^[-+]?[1-9]\d{0,2}(?: \d{3})+(?:\.\d+)?$")
+# A decimal comma (1000,99; 0,111): one comma that is not a thousands separator, read so for a numeric gold.
+_DECIMAL_COMMA_RE = re.compile(r"^([-+]?\d+),(\d+)$")
 _WORD_ANSWER_RE = re.compile(r"^[A-Za-z][A-Za-z' -]*[A-Za-z]$")  # "Odd", "no solution", "Evelyn"
 _BRACKETED_ENV_RE = re.compile(r"^[(\[]\s*(\\begin\{.*\\end\{[a-zA-Z]+\})\s*[)\]]$", re.S)
 _UNIT_CHARS_RE = re.compile(r"\^\s*\{?\s*-?\d+\s*\}?|\\mu|\\AA|\\odot|[/\s{}.*~\-]|\bper\b")
 _RELATION_RE = re.compile(r"<=|>=|!=|=|<|>")
 _WORDY_RE = re.compile(r"[A-Za-z]{3,}")
+_SUBSCRIPT_RE = re.compile(r"_\s*(?:\{[^{}]*\}|\w)")
+_LABEL_RE = re.compile(r"^[A-Za-z\\(){}|:,\s']+$")  # f(x), |AB|, A:B, (p, q), \frac{NO}{BO}, m\angle BAC
+_LONE_NAME_RE = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?$")
 MAX_ITEMS = 64
 _MATH_WORDS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "exp", "sqrt", "inf", "abs"}
 
@@ -160,24 +174,39 @@ def _parse(s: str, percent: bool, numeric_gold: bool, depth: int) -> Answer:
     if s in ("\\mathbb{R}", "\\mathbb R", "\\R", "\\mathbf{R}"):
         return Interval(Infinity(-1), Infinity(1), False, False)
 
+    parts = split_top(s, (" or ",))  # a gold that lists its answers with "or" ("21, 16 or 11", "x < 1 or x > 3")
+    if len(parts) > 1:
+        return _or_list([sub(p) for p in parts])
+
+    parts = split_top(s, ("\\approx",))
+    if len(parts) > 1:
+        return sub(_approximation(parts))
+
     parts = split_top(s, ("\\cup",))
     if len(parts) > 1:
         return Union_(tuple(sub(p) for p in parts))
 
-    if _THOUSANDS_RE.match(s) or (numeric_gold and _SPACED_THOUSANDS_RE.match(s)):  # 11, 111, 111, 100
+    if _THOUSANDS_RE.match(s):  # 11,111,111,100 (a comma with a space after it separates a list: 32, 349)
         return _scalar(s.replace(",", "").replace(" ", ""), percent, numeric_gold)
+    m = _DECIMAL_COMMA_RE.match(s)
+    if m and numeric_gold:  # 1000,99 against a plain-number gold: one value, not a list of two
+        return _scalar(f"{m.group(1)}.{m.group(2)}", percent, numeric_gold)
+
+    parts = split_top(s, (";",))  # "p=5, q=2; p=7, q=2": solutions separated by ";", each with its parts
+    if len(parts) > 1 and any(len(split_top(p, (",",))) > 1 for p in parts):
+        return Seq(tuple(sub(p) for p in parts), "list")
 
     parts = split_top(s, (",", ";", " and ", "\\text{and}"))
     if len(parts) > 1:
         return _comma_list(parts, sub)
 
+    rel = _relation(s, sub)  # before the ratio: "A:B = 1", "V_1:V_2 = 11:21" are labelled values
+    if rel is not None:
+        return rel
+
     parts = split_top(s, (":",))  # a time or a ratio (12:00, 1:2:3) is an ordered tuple
     if len(parts) > 1 and not any(p.endswith("\\") for p in parts):
         return Seq(tuple(sub(p) for p in parts), "tuple")
-
-    rel = _relation(s, sub)
-    if rel is not None:
-        return rel
 
     enclosed = _enclosure(s, sub)
     if enclosed is not None:
@@ -331,6 +360,33 @@ def _comma_list(parts: list[str], sub) -> Answer:
     return Seq(tuple(_flatten_pm(sub(p) for p in parts)), "list")
 
 
+def _or_list(items: list) -> Answer:
+    """The parts of an "or" list: a union when they are all intervals, else the list of their values."""
+    if all(isinstance(i, (Interval, Union_)) for i in items):
+        return Union_(tuple(x for i in items for x in (i.items if isinstance(i, Union_) else (i,))))
+    flat = []
+    for item in items:
+        flat.extend(item.items if isinstance(item, Seq) and item.kind in ("list", "pm") else [item])
+    return Seq(tuple(flat), "list")
+
+
+def _approximation(parts: list[str]) -> str:
+    """``x = 1/3 \\approx 0.33`` -> ``x = 1/3`` (the exact value the response wrote); ``x \\approx 11`` ->
+    ``x = 11`` (only an approximate value for a named unknown); ``\\frac13 \\approx 0.33`` -> ``\\frac13``."""
+    left = parts[0].strip()
+    if _LONE_NAME_RE.match(left):
+        return f"{left} = {parts[-1].strip()}"
+    return left
+
+
+def is_label(text: str) -> bool:
+    """A left side that names a quantity (:class:`Relation` ``named``): letters, brackets, bars and colons,
+    no digits outside subscripts, no sum or difference."""
+    bare = _SUBSCRIPT_RE.sub("", text).strip()
+    return bool(bare) and bool(_LABEL_RE.match(bare)) and bool(re.search(r"[A-Za-z]", bare)) \
+        and not re.search(r"\\(?:sqrt|pi|infty|sum|int|prod|lim)(?![a-zA-Z])", bare)
+
+
 def _flatten_pm(items) -> list:
     out = []
     for item in items:
@@ -349,12 +405,14 @@ def _relation(s: str, sub) -> Answer | None:
     if len(ops) == 1:
         lhs, op, rhs = sub(sides[0]), ops[0], sub(sides[1])
         interval = _half_line(lhs, op, rhs)
-        return interval if interval is not None else Relation(lhs, op, rhs)
+        return interval if interval is not None else Relation(lhs, op, rhs, op == "=" and is_label(sides[0]))
     if len(ops) == 2 and all(o in ("<", "<=") for o in ops):  # a < x <= b
         return _chain(sub(sides[0]), sub(sides[1]), sub(sides[2]), ops[0] == "<=", ops[1] == "<=", s)
     if len(ops) == 2 and all(o in (">", ">=") for o in ops):  # b > x >= a
         return _chain(sub(sides[2]), sub(sides[1]), sub(sides[0]), ops[1] == ">=", ops[0] == ">=", s)
     if all(o == "=" for o in ops):  # a = b = c: the last member is the value
+        if is_label(sides[0]):  # x = 5 + 5 + 1 = 11: the named unknown is the last member
+            return Relation(sub(sides[0]), "=", sub(sides[-1]), True)
         return Relation(sub(sides[-2]), "=", sub(sides[-1]))
     return Unparsed(s, "mixed relations")
 
@@ -451,8 +509,10 @@ def _solve_linear(lhs: Answer, op: str, rhs: Answer) -> tuple[Answer, str, Answe
 
 def _chain(lo: Answer, mid: Answer, hi: Answer, lo_closed: bool, hi_closed: bool, text: str) -> Answer:
     """``lo < mid < hi`` as an interval of the variable in ``mid`` (solved when ``mid`` is linear)."""
-    if _is_variable(mid):
+    if _is_variable(mid) or (_constant(lo) and _constant(hi) and _is_label_value(mid)):  # 0 < f(x) < 1
         return Interval(lo, hi, lo_closed, hi_closed)
+    if _is_abs_variable(mid) and _constant(lo) and _constant(hi):  # 1 <= |z| <= 3/2: two intervals
+        return _abs_chain(lo, hi, lo_closed, hi_closed, text)
     linear = _linear(mid)
     if linear is None or not _constant(lo) or not _constant(hi):
         return Unparsed(text, "chained relation of an expression")
@@ -463,13 +523,45 @@ def _chain(lo: Answer, mid: Answer, hi: Answer, lo_closed: bool, hi_closed: bool
     return Interval(lo, hi, lo_closed, hi_closed)
 
 
+def _is_label_value(a: Answer) -> bool:
+    """A named quantity such as ``f(x)``: variables only, no number (``2x``), no sum (``x + 1``)."""
+    if not isinstance(a, Scalar) or not a.expr.variables:
+        return False
+    return is_label(a.expr.text) and not _is_abs_variable(a)
+
+
+def _is_abs_variable(a: Answer) -> bool:
+    return isinstance(a, Scalar) and a.expr.tree[0] == "func" and a.expr.tree[1] == "abs" \
+        and a.expr.tree[2][0] == "var"
+
+
+def _negated(a: Scalar) -> Scalar:
+    return Scalar(Expr(("neg", a.expr.tree), frozenset(), a.expr.decimal, f"-({a.expr.text})"), a.percent)
+
+
+def _abs_chain(lo: Scalar, hi: Scalar, lo_closed: bool, hi_closed: bool, text: str) -> Answer:
+    """``lo <= |z| <= hi`` (``0 <= lo``) as ``[-hi, -lo] \\cup [lo, hi]``; one interval when ``lo`` is 0 and
+    included."""
+    try:
+        low = evaluate(lo.expr.tree)
+    except (EvalError, TooLarge):
+        return Unparsed(text, "chained relation of an absolute value")
+    if not isinstance(low, Fraction) or low < 0:
+        return Unparsed(text, "chained relation of an absolute value")
+    if low == 0 and lo_closed:
+        return Interval(_negated(hi), hi, hi_closed, hi_closed)
+    return Union_((Interval(_negated(hi), _negated(lo), hi_closed, lo_closed), Interval(lo, hi, lo_closed, hi_closed)))
+
+
 def _is_variable(a: Answer) -> bool:
     return isinstance(a, Scalar) and a.expr.tree[0] == "var"
 
 
 def _enclosure(s: str, sub) -> Answer | None:
     if s.startswith("{") and s.endswith("}") and _closes_at_end(s, 0) and len(split_top(s[1:-1], (",",))) > 1:
-        s = "\\{" + s[1:-1] + "\\}"  # {1, 2} written without backslashes
+        # {1, 2} without backslashes: LaTeX grouping braces around a list (a set only when escaped), so
+        # it equals the set {1, 2} and, in its written order, the pair (1, 2)
+        return Seq(tuple(_flatten_pm(sub(p) for p in split_top(s[1:-1], (",", ";")))), "list")
     if s.startswith("\\{") and s.endswith("\\}") and _closes_at_end(s, 1):
         inner = s[2:-2]
         items = split_top(inner, (",", ";")) if inner.strip() else []

@@ -24,13 +24,16 @@ Rules, by the shape of the gold (see :mod:`verifiers.math.answer`):
   (polynomial-identity testing: two different rational functions agree on random points with
   probability ~0); this is how ``(a+5)(b+2)`` equals ``ab+2a+5b+10`` without sympy.
 * **tuples** ``(a, b)`` compare in order; **sets** ``\\{a, b\\}``, bare lists ``a, b`` and ``\\pm``
-  pairs compare as multisets; an open interval ``(a, b)`` and the pair ``(a, b)`` are the same text,
-  so they match each other.
+  pairs compare as multisets, a value listed twice counting once (``(1,2), (3,4), (1,2)`` is the two
+  pairs); an open interval ``(a, b)`` and the pair ``(a, b)`` are the same text, so they match each
+  other; ``x = 1, y = 2`` matches the tuple ``(1, 2)`` in its written order.
 * **inequalities** in one variable are solved when linear (``-x > -1`` is ``(-oo, 1)``, see
   :mod:`verifiers.math.answer`); two inequalities match when ``lhs - rhs``, signed by their
   direction, differ by a positive factor (``y > -x`` is ``x + y > 0``), strict against strict.
-* **equations**: ``x = 3`` matches ``3`` either way round; two equations ``y = ...`` compare their
-  right sides; general equations match when ``lhs - rhs`` differ by a non-zero constant factor.
+* **equations**: ``x = 3`` matches ``3`` either way round, and so does a gold whose left side is a
+  label (``f(x) = 1``, ``|AB| = 1``, ``(p, q) = (3, 2)``, ``A:B = 1``; not ``x + y = 5``, not ``2x = 6``);
+  two equations ``y = ...`` compare their right sides; general equations match when ``lhs - rhs``
+  differ by a non-zero constant factor.
 * **intervals, unions, matrices** compare part by part; a column vector matches the same tuple.
 * **words** compare case- and punctuation-insensitively.
 
@@ -51,6 +54,7 @@ from rlvr.verifiers.math.evaluate import evaluate
 from rlvr.verifiers.math.expr import EvalError, TooLarge
 
 EXACT_REL_TOL = 1e-9
+MAX_DEDUP = 64
 _POINTS = ((0.7373, 1.3161, 0.4142, 1.9129), (1.2247, 0.5772, 1.6180, 0.8415),
            (0.3183, 2.2361, 1.1447, 0.6931), (1.4427, 0.9069, 0.2679, 1.7321))
 
@@ -210,13 +214,40 @@ def _seq(gold: Seq, pred: Answer, tol) -> bool | None:
         return _seq(gold, _flat_vector(pred), tol) if _flat_vector(pred) is not None else False
     if isinstance(pred, Interval) and gold.kind == "tuple" and len(gold.items) == 2:
         return _interval_as_pair(pred, gold, tol)
-    if not isinstance(pred, Seq) or len(pred.items) != len(gold.items):
+    if not isinstance(pred, Seq):
         return False
-    if gold.kind == "tuple" and pred.kind in ("tuple", "list"):
-        return _all_pairs(gold.items, pred.items, tol)
+    if gold.kind != "tuple" and pred.kind == "tuple" and len(pred.items) == len(gold.items) > 1 \
+            and _named_values(gold) is not None:  # "p = 5, q = 2" against (5, 2): the values in their order
+        return _all_pairs(_named_values(gold), pred.items, tol)
     if gold.kind == "tuple":
-        return False  # an ordered pair is not a set
-    return _multiset_equal(gold.items, pred.items, tol)
+        if len(pred.items) != len(gold.items) or pred.kind not in ("tuple", "list"):
+            return False  # an ordered pair is not a set
+        return _all_pairs(gold.items, pred.items, tol)
+    golds, preds = gold.items, pred.items
+    if len(golds) != len(preds) and pred.kind != "tuple":  # a list of solutions names each once: {1, 2, 2} is {1, 2}
+        golds, preds = _without_repeats(golds, tol), _without_repeats(preds, tol)
+    if len(golds) != len(preds):
+        return False
+    return _multiset_equal(golds, preds, tol)
+
+
+def _named_values(seq: Seq) -> tuple | None:
+    """The right sides of ``x = 1, y = 2`` (distinct lone variables, in order); None for anything else."""
+    items = seq.items
+    if not all(isinstance(i, Relation) and i.op == "=" and _lone_variable(i.lhs) for i in items):
+        return None
+    if len({i.lhs.expr.tree for i in items}) != len(items):
+        return None
+    return tuple(i.rhs for i in items)
+
+
+def _without_repeats(items, tol) -> tuple:
+    """``items`` with later duplicates dropped (only what the fast rules call equal is a duplicate)."""
+    kept: list = []
+    for item in items[:MAX_DEDUP]:
+        if not any(compare(k, item, tol) for k in kept):
+            kept.append(item)
+    return tuple(kept) + tuple(items[MAX_DEDUP:])
 
 
 def _all_pairs(golds, preds, tol) -> bool | None:
@@ -309,8 +340,9 @@ def _relation(gold: Relation, pred: Answer, tol) -> bool | None:
     if isinstance(pred, Interval) and relation_as_interval(gold) is not None:  # x > a against (a, oo)
         return _interval(relation_as_interval(gold), pred, tol)
     if not isinstance(pred, Relation):
-        # x = 5 vs 5; y = 2x + 3 vs 2x + 3: only when the left side is a lone variable.
-        if gold.op == "=" and _lone_variable(gold.lhs):
+        # x = 5 vs 5; y = 2x + 3 vs 2x + 3; f(x) = 1, |AB| = 1, (p, q) = (3, 2) vs the value: only when the
+        # left side is a lone variable or a label (not x + y = 5, not 2x = 6)
+        if gold.op == "=" and (_lone_variable(gold.lhs) or gold.named):
             return compare(gold.rhs, pred, tol)
         return False
     if gold.op in _INEQUALITIES and pred.op in _INEQUALITIES \

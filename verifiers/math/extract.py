@@ -13,16 +13,25 @@ Markers, strongest first (the first tier present wins):
    statement that is a sentence keeps its value ("Final Answer: The largest n is 34" -> 34), and a
    display (``$$...$$``, ``\\[...\\]``, a matrix environment) continues over the lines it spans;
 4. a bold ``**...**`` on the last line;
-5. with ``fallback="last_number"``, the concluding value: the math segment (``$...$``, ``\\[...\\]``,
-   a matrix environment) holding the last number when it ends the last sentence ("Therefore
-   $(p, q) = (3, 2)$." -> the pair; a matrix stays a matrix), or ``X`` in "X is the solution";
-   else the last number. Refused where the response ends in the middle of a number or an
-   expression (it looks truncated) or the number closes an enumeration (``1, 2, 3, 4, 5``).
+5. with ``fallback="last_number"``, a bare answer (a short response that is one math segment or
+   one formula: ``$\\frac13$``, ``1 000``), else the concluding value: the math segment
+   (``$...$``, ``\\[...\\]``, a matrix environment) holding the last number when it ends the last
+   sentence ("Therefore $(p, q) = (3, 2)$." -> the pair; a matrix stays a matrix), or ``X`` in "X is
+   the solution"; else the last number. Refused where the response ends in the middle of a number
+   or an expression (it looks truncated), the number closes an enumeration (``1, 2, 3, 4, 5``) or
+   sits in a matrix too long to read (see fallback.py).
 
 Tiers 1-3 are *explicit* final-answer markers. A response cut off by the length limit
 (``finish_reason="length"``) has an answer only through one of them, and none while its reasoning
 block (``<think>``) is still open or when it retracted its last answer ("that is wrong") before
-the cut.
+the cut. A response whose reasoning block is still open at its end (``<think>`` with no
+``</think>`` after it) was cut off while thinking, whatever its finish reason: only tiers 1-3
+count there, never a bold value or the last number of its reasoning.
+
+A box that is the result of a step of a worked computation (``... = \\boxed{200}$ So, ...``), followed
+by more working and then an explicit "Final Answer" statement, is a highlighted intermediate result:
+the final statement is the answer (``\\boxed{200} ... \\boxed{255} ... Final Answer: 10,455``). A box
+not written as such a step still counts next to the statement (hedging).
 
 Every answer of the winning tier is returned, plus any box or statement written *after* its last
 one, so that the verifier can see a response that commits to two different answers (hedging).
@@ -138,6 +147,7 @@ def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last
     if truncated and think_tag and f"<{think_tag}>" in text and f"</{think_tag}>" not in text:
         return Extraction([], "truncated")  # cut off while still reasoning
     region = final_region(text, think_tag)
+    thinking = bool(think_tag) and text.rfind(f"<{think_tag}>") > text.rfind(f"</{think_tag}>")
 
     tags = answer_tags(region)
     if tags:
@@ -161,8 +171,11 @@ def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last
     statements = find_statements(region)
     if boxes:
         items = [Item(start, end, content) for start, end, content in boxes]
-        items += [s for s in statements if s.pos >= boxes[-1][1]]
+        after = [s for s in statements if s.pos >= boxes[-1][1]]
+        items += after
         source = "boxed"
+        if after and _intermediate_boxes(region, boxes, after[-1]):
+            items, source = after, "statement"
     elif statements:
         items, source = statements, "statement"
     else:
@@ -180,6 +193,8 @@ def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last
         return Extraction([i.text for i in items], source, alternatives_after(region, items[0].pos), revised)
     if truncated:
         return Extraction([], "truncated")  # no explicit final answer before the cut
+    if thinking:
+        return Extraction([], "unclosed_think")  # cut off while reasoning: its last number is not an answer
 
     lines = [ln for ln in region.strip().split("\n") if ln.strip()]
     if lines:
@@ -189,6 +204,21 @@ def extract(text: str, *, think_tag: str | None = "think", fallback: str = "last
     if fallback == "last_number":
         return Extraction(*fallback_answers(region))
     return Extraction([], None)
+
+
+_STEP_BEFORE_RE = re.compile(r"=\s*\$*\s*$")
+_FINAL_ANSWER_BEFORE_RE = re.compile(r"(?i)final\s+answer[^\n]{0,40}$")
+MIN_WORKING_AFTER_BOX = 40
+
+
+def _intermediate_boxes(region: str, boxes: list[tuple[int, int, str]], final: Item) -> bool:
+    """Every box is the result of a computation step (right after ``=``) with more working after it,
+    and ``final`` is an explicit "Final Answer" statement (module docstring)."""
+    if not _FINAL_ANSWER_BEFORE_RE.search(region[max(0, final.pos - 60): final.pos]):
+        return False
+    if final.pos - boxes[-1][1] < MIN_WORKING_AFTER_BOX:
+        return False  # "x = \boxed{5}. Final Answer: 7": two answers side by side, not a step and a conclusion
+    return all(_STEP_BEFORE_RE.search(region[max(0, start - 40): start]) for start, _, _ in boxes)
 
 
 def _short_answer(s: str) -> bool:

@@ -80,6 +80,19 @@ _RULES_RE = re.compile(r"\\(?:hline|toprule|midrule|bottomrule|cline\s*\{[^{}]*\
 _ENV_SPACE_RE = re.compile(r"\\(begin|end)\s*\{\s*([a-zA-Z]+\*?)\s*\}")
 
 
+_SINGLE_COMMAND_RE = re.compile(r"(?<!\\)\\[a-zA-Z]")
+_DOUBLE_COMMAND_RE = re.compile(r"\\\\[a-zA-Z]")
+
+
+def undouble_escapes(text: str) -> str:
+    """``\\\\boxed{4}``, ``-2 \\\\le x`` -> ``\\boxed{4}``, ``-2 \\le x``: a text whose every LaTeX command
+    is written with two backslashes was escaped twice (a JSON or a Python string written raw); read
+    it once. A text with a single-backslash command is left as it is (``\\\\`` is a row break there)."""
+    if "\\\\" not in text or _SINGLE_COMMAND_RE.search(text) or not _DOUBLE_COMMAND_RE.search(text):
+        return text
+    return text.replace("\\\\", "\\")
+
+
 @dataclass(frozen=True)
 class Normalized:
     """A cleaned answer: ``text`` without dressing; ``percent`` when a percent sign was removed."""
@@ -144,7 +157,7 @@ def _drop_unit(m: re.Match) -> str:
 
 def normalize(answer: str) -> Normalized:
     """Strip the dressing of one answer string. See the module docstring for what is removed."""
-    s = _CALCULATOR_RE.sub(" ", answer)
+    s = _CALCULATOR_RE.sub(" ", undouble_escapes(answer))
     if "\\begin" in s or "\\\\" in s:
         s = _ROW_SPACE_RE.sub(r"\\\\ ", s)  # before the delimiters go: "\\[" is not "\["
         s = _RULES_RE.sub(" ", s)

@@ -14,9 +14,10 @@ set of parts) and it equals the gold; 0.0 otherwise, including *hedging*: two di
 values, "A or B", an enumeration of candidates, or a cut-off response whose last number happens
 to match. After an explicit self-correction ("\\boxed{5}. Wait, that is wrong ... \\boxed{7}") only
 the answers after it count. A response cut off by the length limit (``finish_reason="length"``)
-counts only an explicit final-answer marker. ``status="error"`` means the item could not be judged:
-no gold in the reference, or an answer too large to evaluate safely (power towers, giant
-factorials, deeply nested input).
+counts only an explicit final-answer marker, and so does one still inside its ``<think>`` block. A
+text whose every LaTeX command has two backslashes (escaped twice) is read once. ``status="error"``
+means the item could not be judged: no gold in the reference, or an answer too large to evaluate
+safely (power towers, giant factorials, deeply nested input).
 
 math-verify's signal-based timeouts are disabled here (they break outside the main thread); the
 :class:`~verifiers.runner.VerifierRunner` enforces the deadline by killing the worker process.
@@ -37,7 +38,7 @@ from rlvr.verifiers.math.choices import choice_letters
 from rlvr.verifiers.math.equivalence import Tolerance, compare
 from rlvr.verifiers.math.expr import TooLarge
 from rlvr.verifiers.math.extract import extract, final_region, find_boxed
-from rlvr.verifiers.math.normalize import normalize
+from rlvr.verifiers.math.normalize import normalize, undouble_escapes
 from rlvr.verifiers.math.special_tokens import cut_at_special_tokens
 from rlvr.verifiers.registry import register_verifier
 
@@ -51,22 +52,67 @@ MAX_ANSWER_CHARS = 4000  # a final answer longer than this is not an answer (hos
 _OR_RE = re.compile(r"\\(?:text|mbox|textbf|mathrm)\s*\{\s*(or|and)\s*\}|\\lor\b|\\vee\b", re.I)
 
 
+MAX_PLAIN_GOLD = 200  # a gold without a box or #### that is longer, or says "final answer" / "answer is", is a
+# worked solution: its last answer statement is the gold
+_GOLD_DECIMAL_COMMA_RE = re.compile(r"^[-+]?\d+,\d+$")
+_GOLD_STATEMENT_RE = re.compile(r"(?i)\bfinal\s+answer\b|\banswer\s+is\b")
+
+
 @lru_cache(maxsize=4096)
 def parse_gold(raw: str) -> tuple[str, Answer]:
-    """The gold answer as ``(normalised text, parsed shape)``. A full GSM8K solution (``#### N``) or a
-    MATH solution (``\\boxed{...}``) is reduced to its final answer first."""
-    text = raw.strip()
+    """The gold answer as ``(normalised text, parsed shape)``. A full GSM8K solution (``#### N``), a
+    MATH solution (``\\boxed{...}``) or a worked solution that ends in an answer statement ("Final
+    Answer: The final answer is $28\\%$") is reduced to its final answer first. A gold with several
+    different boxes (``\\boxed{1} papers and \\boxed{2} bins``) is the list of their contents."""
+    text = undouble_escapes(raw.strip())
     if "####" in text:
         text = text.rsplit("####", 1)[1].strip()
     elif "\\boxed" in text or "\\fbox" in text:
         boxes = find_boxed(text)
         if boxes:
-            text = boxes[-1][2]
+            text = _boxed_gold(text, boxes)
+    elif len(text) > MAX_PLAIN_GOLD or _GOLD_STATEMENT_RE.search(text):
+        stated = extract(text, think_tag=None, fallback="none").answers
+        if stated:
+            text = stated[-1]
     clean = normalize(text).text
     option = _OPTION_GOLD_RE.match(clean)  # "(B) 12": a multiple-choice gold written with its option text
     if option:
         return clean, Choice(option.group(1))
     return clean, parse_answer(text)
+
+
+_LIST_GAP_WORDS = {"and", "or"}
+
+
+def _listed(gap: str) -> bool:
+    """The text between two boxes joins them into one list: nothing but symbols, or a connector
+    ("," / "and" / "or") among at most three words (``\\boxed{1} papers and \\boxed{2} bins``)."""
+    if len(gap) > 60:
+        return False
+    words = re.findall(r"[A-Za-z]+", re.sub(r"\\(?:quad|qquad|text|mbox|mathrm)\b|\\[()\[\]]", " ", gap))
+    if not words:
+        return True
+    return len(words) <= 3 and ("," in gap or any(w.lower() in _LIST_GAP_WORDS for w in words))
+
+
+def _boxed_gold(text: str, boxes: list[tuple[int, int, str]]) -> str:
+    """The gold of a solution's boxes: its last box, with the boxes written before it as one list
+    (``\\boxed{1} and \\boxed{-2}``, ``\\boxed{2}, \\boxed{3}``); repeated values count once."""
+    first = len(boxes) - 1
+    while first > 0 and _listed(text[boxes[first - 1][1]: boxes[first][0]]):
+        first -= 1
+    contents = [b[2] for b in boxes[first:]]
+    kept: list[tuple[str, Answer]] = []
+    for content in contents[-MAX_CANDIDATES:]:
+        if not content.strip():
+            continue
+        shape = parse_answer(content)
+        if not any(k == content or compare(a, shape, Tolerance()) for k, a in kept):
+            kept.append((content, shape))
+    if not kept:
+        return contents[-1]
+    return kept[0][0] if len(kept) == 1 else ", ".join(k for k, _ in kept)
 
 
 def split_alternatives(answer: str) -> list[str]:
@@ -140,7 +186,7 @@ class MathVerifier(Verifier):
         if not golds:
             info["error"] = f"reference has no {self.answer_key!r} field"
             return Reward(0.0, status="error", latency_s=time.perf_counter() - start, info=info)
-        completion = cut_at_special_tokens(completion or "")
+        completion = undouble_escapes(cut_at_special_tokens(completion or ""))
         truncated = finish_reason == "length"
         found = extract(completion, think_tag=self.think_tag, fallback=self.fallback, max_chars=self.max_chars,
                         finish_reason=finish_reason)
@@ -191,6 +237,12 @@ class MathVerifier(Verifier):
             return self._judge_choice(gold, candidates + alternatives, info, completion)
         if not candidates:
             return False
+        if len(candidates) == 1 and _GOLD_DECIMAL_COMMA_RE.match(gold_text) \
+                and normalize(candidates[0]).text == gold_text.replace(",", "."):
+            # gold "1,22" is a list (MATH writes "0,1", "27,93") unless the answer writes it with a
+            # decimal point: then the comma was a decimal comma
+            info["method"] = "decimal_comma"
+            return True
         numeric_gold = isinstance(gold, Scalar) and not gold.expr.variables
         parsed = [(c, parse_answer(c, numeric_gold=numeric_gold)) for c in candidates[: MAX_CANDIDATES + 1]]
         for alt in alternatives[:MAX_CANDIDATES]:  # a proposed alternative counts when it is math, not prose
