@@ -34,7 +34,7 @@ LORA = dict(r=8, alpha=16, dropout=0.0, target_modules="all-linear")
 
 
 def _prompts(tokenizer, count: int) -> list[list[int]]:
-    from rlvr.chat import encode_prompts
+    from rlvr.rollout.chat import encode_prompts
     from rlvr.tasks.registry import get_task
 
     problems = list(itertools.islice(get_task("arithmetic", split="test"), count))
@@ -50,7 +50,7 @@ def _timed_generate(engine, prompts, n, sampling) -> tuple[float, int]:
 def _median_push(engine, policy, lora_mode: str, repeats: int = 5) -> float:
     import torch
 
-    from rlvr.models import iter_inference_weights
+    from rlvr.modeling.loading import iter_inference_weights
 
     times = []
     for _ in range(repeats):
@@ -66,7 +66,7 @@ def _median_push(engine, policy, lora_mode: str, repeats: int = 5) -> float:
 
 def compare_generation(model: Path, args) -> None:
     from rlvr.engines import HFEngine, SamplingParams, build_engine
-    from rlvr.models import load_policy, load_tokenizer
+    from rlvr.modeling.loading import load_policy, load_tokenizer
 
     policy, tokenizer = load_policy(model, dtype=args.dtype), load_tokenizer(model)
     prompts = _prompts(tokenizer, args.prompts)
@@ -92,7 +92,7 @@ def compare_generation(model: Path, args) -> None:
 
 def compare_lora_sync(model: Path, args) -> None:
     from rlvr.engines import SamplingParams, build_engine
-    from rlvr.models import load_policy, load_tokenizer
+    from rlvr.modeling.loading import load_policy, load_tokenizer
 
     tokenizer = load_tokenizer(model)
     prompts = _prompts(tokenizer, args.prompts)
@@ -124,8 +124,8 @@ def main() -> None:
     parser.add_argument("--part", choices=["both", "generation", "lora"], default="both",
                         help="the engine comparison, the LoRA sync comparison, or both")
     args = parser.parse_args()
-    from rlvr.models import build_tiny_model
-    from rlvr.runtime import quiet_transformers
+    from rlvr.modeling.tiny import build_tiny_model
+    from rlvr.run.runtime import quiet_transformers
 
     quiet_transformers()
     with tempfile.TemporaryDirectory() as tmp:

@@ -43,7 +43,7 @@ def build_model(name: str, folder: Path):
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-    from rlvr.models import build_tiny_model
+    from rlvr.modeling.tiny import build_tiny_model
 
     if name == "tiny-trl":
         path = build_tiny_model(folder / "tiny", num_layers=4, seed=0)
@@ -70,10 +70,10 @@ class _NoEosTokenizer:
 def measure(name: str, rounds: int, folder: Path) -> dict[str, tuple[float, float]]:
     import torch
 
-    from rlvr import fast_forward
+    from rlvr.modeling import fast_forward
     from rlvr.engines.base import SamplingParams
     from rlvr.engines.hf import HFEngine
-    from rlvr.logprobs import completion_logprobs
+    from rlvr.modeling.logprobs import completion_logprobs
 
     model, (prompts, samples, width, length) = build_model(name, folder)
     own = copy.deepcopy(model)
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from rlvr.runtime import quiet_transformers
+    from rlvr.run.runtime import quiet_transformers
 
     quiet_transformers()
     if args.threads:

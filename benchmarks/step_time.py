@@ -37,10 +37,10 @@ SHAPES = {
 def run(shape: str, steps: int, device: str, beta: float, threads: int | None, warmup: int = 3,
         engine: str = "hf", with_roofline: bool = False, forward: str = "auto") -> dict[str, float]:
     from benchmarks.vs_trl import TASK_OPTIONS, build_sft_model
-    from rlvr import grpo
+    from rlvr.recipes import grpo
     from rlvr.config import RunConfig, build_config
-    from rlvr.models import load_policy
-    from rlvr.tracking import read_metrics
+    from rlvr.modeling.loading import load_policy
+    from rlvr.run.tracking import read_metrics
 
     spec = SHAPES[shape]
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,8 +81,8 @@ def roofline(model_path: Path, spec: dict, *, completion_len: int, device: str, 
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from rlvr.logprobs import completion_logprobs
-    from rlvr.models import load_policy
+    from rlvr.modeling.logprobs import completion_logprobs
+    from rlvr.modeling.loading import load_policy
 
     policy = load_policy(model_path, forward=forward).to(device).train()
     rows = spec["prompts"] * spec["group"]

@@ -65,11 +65,11 @@ TTA_SHAPE = dict(prompts=32, group=8, new_tokens=5, layers=2, eval_every=10, eva
 
 def build_sft_model(root: Path, seed: int, layers: int, threads: int) -> Path:
     """The quickstart's tiny model (``layers`` deep) after its SFT bootstrap (~0.30 greedy accuracy)."""
-    from rlvr import sft
+    from rlvr.recipes import sft
     from rlvr.config import build_config
     from rlvr.configs import load_packaged
-    from rlvr.models import build_tiny_model
-    from rlvr.offline_configs import SFTConfig
+    from rlvr.modeling.tiny import build_tiny_model
+    from rlvr.config import SFTConfig
 
     build_tiny_model(root / "base_model", seed=seed, num_layers=layers)
     config = build_config(SFTConfig, load_packaged("quickstart_sft.yaml"),
@@ -92,18 +92,18 @@ def problems(split: str) -> list[dict]:
 def in_rlvr_order(rows: list[dict], seed: int) -> list[dict]:
     """``rows`` in the order an rlvr run with this seed draws its problems: its ``ProblemSampler``
     over the one suite ``arithmetic`` (the suite's name is part of the sampler's seed)."""
-    from rlvr.rollout import ProblemSampler
+    from rlvr.rollout.sampler import ProblemSampler
 
     return [row for _, row in ProblemSampler({"arithmetic": rows}, {"arithmetic": 1.0}, seed=seed).next(len(rows))]
 
 
 def greedy_accuracy(model, tokenizer, limit: int, max_new_tokens: int) -> float:
-    """Greedy accuracy of ``model`` on the first ``limit`` test problems, by ``rlvr.evaluate.evaluate``
+    """Greedy accuracy of ``model`` on the first ``limit`` test problems, by ``rlvr.rollout.evaluate.evaluate``
     (the HF engine, each problem's ``numeric`` verifier): what an rlvr run's ``eval/accuracy`` is."""
-    from rlvr.chat import encode_prompts
+    from rlvr.rollout.chat import encode_prompts
     from rlvr.engines.base import SamplingParams
     from rlvr.engines.hf import HFEngine
-    from rlvr.evaluate import evaluate
+    from rlvr.rollout.evaluate import evaluate
     from rlvr.tasks import get_task
     from rlvr.verifiers.runner import VerifierRunner
 
@@ -192,10 +192,10 @@ def peak_rss_mib() -> float:
 
 
 def run_rlvr(spec: dict) -> dict:
-    from rlvr import grpo
+    from rlvr.recipes import grpo
     from rlvr.config import RunConfig, build_config
     from rlvr.configs import load_packaged
-    from rlvr.tracking import read_metrics
+    from rlvr.run.tracking import read_metrics
 
     if spec.get("eval_every"):  # time to accuracy: the quickstart's own config
         base = load_packaged("quickstart.yaml")

@@ -110,11 +110,6 @@ def _check(ret: int, what: str) -> int:
 
 # --- seccomp ------------------------------------------------------------------------------------
 
-def seccomp_supported() -> bool:
-    """True on x86_64 Linux, the one architecture whose syscall table this filter was tested on."""
-    return platform.machine() == "x86_64"
-
-
 def build_seccomp_filter(*, deny_signal_handlers: bool = True) -> bytes:
     """The packed ``struct sock_filter[]`` program (8 bytes an instruction).
 

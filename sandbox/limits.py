@@ -26,11 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-EXEC_STATUSES = ("ok", "timeout", "memory", "killed", "error")
-REPORT_STATUSES = ("ok", "timeout", "error")
-TEST_STATUSES = ("passed", "failed", "timeout", "memory", "crashed", "rejected", "not_run", "error")
-
-
 @dataclass(frozen=True)
 class Limits:
     """Resource limits of one run. Defaults are safe for untrusted code.

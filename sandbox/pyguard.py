@@ -62,7 +62,6 @@ _TINY_BUILTINS = {"type": type, "str": str, "len": len, "range": range, "id": id
                   "dict": dict, "list": list, "set": set, "any": any}
 
 SOLUTION_FILENAME = "<solution>"
-TEST_FILENAME_PREFIX = "<test"
 
 _FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _DENIED_EVENTS = frozenset({

@@ -39,6 +39,19 @@ def task_factory(name: str) -> Callable[..., Any]:
     return TASKS.get(name)
 
 
+def held_out_split(task: str) -> str:
+    """The split an evaluation of ``task`` reads when none is named: ``test`` where the suite has one
+    (or does not declare its splits, or reads any split of the user's data), else its first split
+    other than ``train``."""
+    try:
+        splits = tuple(getattr(task_factory(task), "splits", None) or ())
+    except Exception:  # an unknown or broken suite fails later, where it is loaded, with its own message
+        return "test"
+    if not splits or "test" in splits:
+        return "test"
+    return next((split for split in splits if split != "train"), splits[0])
+
+
 def check_task(name: str, options: dict | None = None) -> Callable[..., Any]:
     """The factory of ``name`` after checking that it loads and takes every option in ``options``."""
     factory = task_factory(name)

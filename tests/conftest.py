@@ -33,7 +33,7 @@ def ray_cluster():
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """A randomly initialised tiny Llama with a character tokenizer, saved like a hub model."""
-    from rlvr.models import build_tiny_model
+    from rlvr.modeling.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=64, intermediate_size=128, seed=0)
 
@@ -41,9 +41,9 @@ def tiny_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def taught_model(tmp_path_factory, tiny_model) -> Path:
     """The tiny model after a short SFT on 1-digit addition: right often, wrong sometimes."""
-    from rlvr import sft
+    from rlvr.recipes import sft
     from rlvr.config import build_config
-    from rlvr.offline_configs import SFTConfig
+    from rlvr.config import SFTConfig
 
     out = tmp_path_factory.mktemp("taught")
     config = build_config(SFTConfig, {

@@ -5,7 +5,7 @@ import yaml
 
 from rlvr.config import PRESETS, ConfigError, RunConfig, build_config, load_config, parse_overrides, save_config
 
-from rlvr.offline_configs import SFTConfig
+from rlvr.config import SFTConfig
 from rlvr.configs import load_packaged, packaged_names
 
 BASE = {"model": {"path": "some/model"}}
@@ -131,7 +131,7 @@ def test_missing_and_malformed_files(tmp_path):
 @pytest.mark.parametrize("name", packaged_names())
 def test_packaged_example_configs_validate(name):
     raw = load_packaged(name)
-    from rlvr.offline_configs import DPOConfig, RewardModelConfig
+    from rlvr.config import DPOConfig, RewardModelConfig
 
     rl = "grpo" in name or "ppo" in name  # arithmetic_grpo_rm.yaml trains a policy against a reward model
     cls = (SFTConfig if "sft" in name else RunConfig if rl else RewardModelConfig if "_rm" in name

@@ -12,10 +12,10 @@ import torch
 import yaml
 
 from rlvr.config import RunConfig, build_config
-from rlvr.ranks import check_world_size, reduce_metrics
-from rlvr.rollout import ProblemSampler, RankSampler
-from rlvr.runtime import Distributed
-from rlvr.tracking import read_metrics
+from rlvr.run.ranks import check_world_size, reduce_metrics
+from rlvr.rollout.sampler import ProblemSampler, RankSampler
+from rlvr.run.runtime import Distributed
+from rlvr.run.tracking import read_metrics
 from rlvr.verifiers.errors import InvalidValueError
 
 
@@ -130,8 +130,8 @@ def test_metrics_sum_counts_take_the_slowest_time_and_average_the_rest(monkeypat
 
 
 def test_a_checkpoint_of_another_world_size_resumes_with_a_one_line_warning(capsys):
-    from rlvr.ranks import restore_rank_state
-    from rlvr.runtime import rng_state
+    from rlvr.run.ranks import restore_rank_state
+    from rlvr.run.runtime import rng_state
     from rlvr.tasks import get_task
 
     problems = list(get_task("arithmetic", n=50))

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from rlvr.runtime import Distributed
+from rlvr.run.runtime import Distributed
 
 AGGREGATIONS = ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
 
@@ -22,7 +22,7 @@ def _free_port() -> int:
 def _batch(vocab: int, n: int = 8, width: int = 5, length: int = 4):
     """A batch with left padding, completions of different lengths (1..4 tokens), a masked row,
     and advantages of both signs, some zero (rows the update skips)."""
-    from rlvr.rollout import Batch
+    from rlvr.rollout.batch import Batch
 
     g = torch.Generator().manual_seed(0)
     input_ids = torch.randint(3, vocab, (n, width + length), generator=g)
@@ -40,8 +40,8 @@ def _batch(vocab: int, n: int = 8, width: int = 5, length: int = 4):
 
 def _one_step(model_path, batch, dist: Distributed, agg: str, entropy: float):
     from rlvr.config import RunConfig, build_config
-    from rlvr.models import load_policy
-    from rlvr.update import UpdateSettings, update_policy
+    from rlvr.modeling.loading import load_policy
+    from rlvr.recipes.update import UpdateSettings, update_policy
 
     torch.manual_seed(0)
     policy = load_policy(model_path)
@@ -61,7 +61,7 @@ def _rank(rank: int, world: int, port: int, model_path, out: dict) -> None:
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     try:
         torch.set_num_threads(1)
-        from rlvr.models import load_tokenizer
+        from rlvr.modeling.loading import load_tokenizer
 
         batch = _batch(len(load_tokenizer(model_path)))
         half = batch.select(torch.arange(rank * 4, rank * 4 + 4))  # whole groups per rank
@@ -74,7 +74,7 @@ def _rank(rank: int, world: int, port: int, model_path, out: dict) -> None:
 
 def test_two_ranks_on_halves_take_the_same_step_as_one_process(tiny_model):
     """For every aggregation mode, with and without an entropy bonus (which computes every row)."""
-    from rlvr.models import load_tokenizer
+    from rlvr.modeling.loading import load_tokenizer
 
     batch = _batch(len(load_tokenizer(tiny_model)))
     out = mp.Manager().dict()
@@ -91,7 +91,7 @@ def test_two_ranks_on_halves_take_the_same_step_as_one_process(tiny_model):
 
 
 def test_a_single_process_is_rank_0_of_1_and_every_collective_is_a_no_op():
-    from rlvr.runtime import init_distributed
+    from rlvr.run.runtime import init_distributed
 
     dist = init_distributed("cpu")
     assert (dist.rank, dist.world_size, dist.is_main) == (0, 1, True)

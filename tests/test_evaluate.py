@@ -8,9 +8,13 @@ from math import comb
 
 import pytest
 
-from rlvr import grpo
-from rlvr.evaluate import pass_at_k
-from rlvr.tracking import read_metrics
+from rlvr.engines.base import Completion, SamplingParams
+from rlvr.recipes import grpo
+from rlvr.rollout.evaluate import evaluate, pass_at_k
+from rlvr.tasks.base import Problem
+from rlvr.verifiers import Reward, register_verifier
+from rlvr.verifiers.runner import VerifierRunner
+from rlvr.run.tracking import read_metrics
 from test_grpo import _config
 
 
@@ -48,8 +52,10 @@ def test_eval_command_reports_pass_at_k_and_writes_results(taught_model, tmp_pat
     records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert summary["problems"] == len(records) == 9 and summary["status"]["ok"] == 36
     assert summary["pass@1"] <= summary["pass@4"]
-    expected = sum(pass_at_k(4, r["correct"], 1) for r in records) / len(records)
-    assert summary["pass@1"] == pytest.approx(expected)
+    # by definition, not by the function under test: pass@1 is the mean of c / n, pass@n whether any is right
+    assert summary["pass@1"] == pytest.approx(sum(r["correct"] / 4 for r in records) / len(records))
+    assert summary["pass@4"] == pytest.approx(sum(r["correct"] > 0 for r in records) / len(records))
+    assert summary["accuracy"] == pytest.approx(sum(r["correct"] for r in records) / 36)
 
 
 def test_eval_rejects_k_larger_than_samples(taught_model):
@@ -69,5 +75,48 @@ def test_mixed_suites_train_with_per_suite_metrics_and_evaluation(taught_model, 
     records = read_metrics(tmp_path / "metrics.jsonl")
     steps = [r for r in records if "train/loss" in r]
     assert all("reward/arithmetic/accuracy" in r or "reward/arithmetic_2/accuracy" in r for r in steps)
+    # both suites are drawn (16 draws at weights 1 : 3), and each step's per-suite accuracy is of suites it drew
+    assert any("reward/arithmetic/accuracy" in r for r in steps) and any("reward/arithmetic_2/accuracy" in r for r in steps)
     final = records[-1]
     assert {"eval/arithmetic/accuracy", "eval/arithmetic_2/accuracy", "eval/accuracy"} <= set(final)
+
+
+@register_verifier("test_eval_exact")
+class _Exact:
+    """1 for the reference answer, 0 otherwise; the text 'crash' is a failed verification that still
+    carries a score of 1 (it must not count as correct)."""
+
+    name = "test_eval_exact"
+
+    def score(self, completion, reference):
+        if completion == "crash":
+            return Reward(1.0, status="error")
+        return Reward(float(completion == reference["answer"]))
+
+
+class _ScriptedEngine:
+    """Problem i gets the completions SCRIPT[i], whatever the prompt (one batch of prompts per call)."""
+
+    def __init__(self, script):
+        self.script = script
+        self.done = 0
+
+    def generate(self, prompts, n, sampling):
+        out = [[Completion([1], text, [-0.1], "stop") for text in self.script[self.done + i][:n]] for i in range(len(prompts))]
+        self.done += len(prompts)
+        return out
+
+
+def test_evaluate_pass_at_k_by_hand_in_process():
+    """Three problems x four samples with 1, 2 and 0 right (a failed verification scored 1 is not right):
+    pass@1 = mean(c / n) = (1/4 + 2/4 + 0) / 3 = 0.25
+    pass@2 = mean(1 - C(n-c, 2) / C(4, 2)) = ((1 - 3/6) + (1 - 1/6) + 0) / 3 = 4/9
+    pass@4 = mean(c > 0) = 2/3"""
+    script = [["7", "1", "2", "3"], ["5", "5", "0", "crash"], ["1", "2", "3", "4"]]
+    problems = [Problem(f"p/{i}", [{"role": "user", "content": "q"}], {"answer": a}, "test_eval_exact")
+                for i, a in enumerate(["7", "5", "9"])]
+    result = evaluate(_ScriptedEngine(script), lambda p: [5], problems, VerifierRunner(workers=0),
+                      sampling=SamplingParams(max_new_tokens=2), samples=4, ks=(1, 2, 4), batch_prompts=2)
+    assert result.pass_at_k == pytest.approx({1: 0.25, 2: 4 / 9, 4: 2 / 3})
+    assert result.accuracy == pytest.approx(3 / 12)
+    assert result.status == {"ok": 11, "error": 1} and result.problems == 3

@@ -13,10 +13,10 @@ import copy
 import pytest
 import torch
 
-from rlvr import fast_forward
+from rlvr.modeling import fast_forward
 from rlvr.engines import HFEngine, SamplingParams
-from rlvr.logprobs import completion_logits
-from rlvr.models import load_policy, load_tokenizer
+from rlvr.modeling.logprobs import completion_logits
+from rlvr.modeling.loading import load_policy, load_tokenizer
 
 
 def _qwen2_gqa(seed: int = 0):

@@ -11,9 +11,9 @@ import pytest
 import torch
 import yaml
 
-from rlvr import grpo
+from rlvr.recipes import grpo
 from rlvr.config import RunConfig, build_config
-from rlvr.tracking import read_metrics
+from rlvr.run.tracking import read_metrics
 from rlvr.verifiers import Reward, register_verifier
 
 
@@ -79,6 +79,11 @@ def test_presets_and_multi_pass_updates_run(taught_model, tmp_path, overrides):
     assert len(steps) == 2 and all(torch.isfinite(torch.tensor(r["train/loss"])) for r in steps)
     if config.algorithm.beta > 0:
         assert all(r["train/kl_ref"] >= -1e-6 for r in steps)
+    # the KL's placement shows: a per-sequence KL in the reward only where the preset puts it there,
+    # a reference pass only with beta > 0 (the values: tests/test_presets.py, tests/test_recipe_masks.py)
+    kl_in_reward = config.algorithm.beta > 0 and config.algorithm.kl_placement == "reward"
+    assert all(("reward/kl_seq_mean" in r) == kl_in_reward and ("train/kl_ref" in r) == (config.algorithm.beta > 0)
+               for r in steps)
     if config.algorithm.ppo_epochs * config.algorithm.minibatches > 1:
         assert all(r["train/optimizer_steps"] == 4 for r in steps)
         assert any(abs(r["train/ratio_mean"] - 1) > 1e-6 for r in steps)  # later minibatches are off-policy
@@ -153,12 +158,13 @@ def test_killed_run_resumes_to_the_same_weights(taught_model, tmp_path):
 
 def test_skipping_zero_advantage_rows_leaves_the_gradient_unchanged(taught_model):
     """Rows that cannot contribute are not computed; the gradient must equal the full computation."""
-    from rlvr.chat import encode_prompts
+    from rlvr.rollout.chat import encode_prompts
     from rlvr.engines import HFEngine, SamplingParams
-    from rlvr.update import rows_with_gradient
-    from rlvr.logprobs import completion_logprobs
-    from rlvr.models import load_policy, load_tokenizer
-    from rlvr.rollout import Group, collate
+    from rlvr.recipes.update import rows_with_gradient
+    from rlvr.modeling.logprobs import completion_logprobs
+    from rlvr.modeling.loading import load_policy, load_tokenizer
+    from rlvr.rollout.groups import Group
+    from rlvr.rollout.batch import collate
     from rlvr.algorithms.losses import policy_loss
 
     policy, tokenizer = load_policy(taught_model), load_tokenizer(taught_model)
@@ -188,10 +194,10 @@ def test_skipping_zero_advantage_rows_leaves_the_gradient_unchanged(taught_model
 def test_an_update_without_active_rows_steps_on_zero_gradients(taught_model):
     """The update writes gradients with its first backward (no zeroing pass); with no row to compute
     every parameter still gets a zero gradient (not None), so the optimizer steps as on zeros."""
-    from rlvr.models import load_policy
-    from rlvr.rollout import Batch
-    from rlvr.runtime import build_optimizer
-    from rlvr.update import UpdateSettings, update_policy
+    from rlvr.modeling.loading import load_policy
+    from rlvr.rollout.batch import Batch
+    from rlvr.run.runtime import build_optimizer
+    from rlvr.recipes.update import UpdateSettings, update_policy
 
     config = _config(taught_model, "unused", "algorithm.beta=0")
     policy = load_policy(taught_model)

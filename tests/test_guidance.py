@@ -1,16 +1,17 @@
-"""Solution guidance: gold solutions into groups that got nothing right (rlvr/guidance.py)."""
+"""Solution guidance: gold solutions into groups that got nothing right (rlvr/rollout/guidance.py)."""
 
 import pytest
 import torch
 
-from rlvr import grpo
+from rlvr.recipes import grpo
 from rlvr.config import ConfigError, RunConfig, build_config
 from rlvr.engines.base import Completion
-from rlvr.guidance import guide_with_solutions, policy_logprobs_of_rows, solution_encoder
-from rlvr.models import load_tokenizer
-from rlvr.rollout import Group, collate
+from rlvr.rollout.guidance import guide_with_solutions, policy_logprobs_of_rows, solution_encoder
+from rlvr.modeling.loading import load_tokenizer
+from rlvr.rollout.groups import Group
+from rlvr.rollout.batch import collate
 from rlvr.tasks.base import Problem
-from rlvr.tracking import read_metrics
+from rlvr.run.tracking import read_metrics
 from rlvr.verifiers import Reward
 from rlvr.verifiers.runner import VerifierRunner
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.logprobs import _whole_rows, completion_logits, completion_logprobs
+from rlvr.modeling.logprobs import _whole_rows, completion_logits, completion_logprobs
 
 
 def _rows(pad_id: int):
@@ -27,7 +27,7 @@ def _rows(pad_id: int):
 
 @pytest.fixture(scope="module")
 def policy(tiny_model):
-    from rlvr.models import load_policy
+    from rlvr.modeling.loading import load_policy
 
     torch.manual_seed(0)
     model = load_policy(tiny_model)
@@ -84,7 +84,7 @@ def test_completion_logprobs_with_temperature_and_entropy(policy):
 def test_a_lora_policy_shares_prompts_too_and_checkpointing_runs_whole_rows(tiny_model):
     from peft import LoraConfig, get_peft_model
 
-    from rlvr.models import load_policy
+    from rlvr.modeling.loading import load_policy
 
     torch.manual_seed(0)
     lora = get_peft_model(load_policy(tiny_model), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
@@ -111,24 +111,29 @@ def test_a_repeated_row_runs_once_and_its_gradient_counts_every_repeat(tiny_mode
     """Two samples that drew the same completion have the same log-probs: the distinct rows run once and
     the results are indexed out, so the log-probs are the distinct rows' and the gradient is theirs with
     each row's weights summed over its repeats (float64)."""
-    from rlvr.models import load_policy
+    from rlvr.modeling.loading import load_policy
 
     torch.manual_seed(0)
     model = load_policy(tiny_model, forward=forward).double().train()
     ids, mask, response, length = _rows(model.config.pad_token_id)
     repeat = torch.tensor([0, 1, 0, 2, 3, 3, 0, 4, 5, 5])  # rows 0, 3 and 5 repeated, not next to each other
     weights = torch.linspace(-1.0, 2.0, steps=length * len(repeat), dtype=torch.float64).view(len(repeat), length)
-    calls = []
+    calls, embedded = [], []
     hook = model.model.register_forward_pre_hook(lambda module, args, kwargs: calls.append(len(kwargs["input_ids"])),
                                                  with_kwargs=True)
+    # every forward, rlvr's own (auto) or the model's (hf), embeds the tokens it runs: count them
+    embed_hook = model.model.embed_tokens.register_forward_hook(lambda module, args, out: embedded.append(args[0].numel()))
     model.zero_grad()
     logp, entropy = completion_logprobs(model, ids[repeat], mask[repeat], length, with_entropy=True)
     (logp * weights * response[repeat]).sum().backward()
     hook.remove()
     together = [p.grad.clone() for p in model.parameters()]
     assert forward == "auto" or max(calls) == 6  # the model's own forward saw six rows, never ten
+    repeated_tokens, embedded[:] = sum(embedded), []
     model.zero_grad()
     distinct, distinct_entropy = completion_logprobs(model, ids, mask, length, with_entropy=True)
+    embed_hook.remove()
+    assert repeated_tokens == sum(embedded) > 0  # the ten rows cost exactly what their six distinct rows cost
     summed = torch.zeros(len(ids), length, dtype=torch.float64).index_add_(0, repeat, weights)
     (distinct * summed * response).sum().backward()
     assert torch.equal(logp.detach(), distinct.detach()[repeat]) and torch.equal(entropy, distinct_entropy[repeat])
@@ -137,7 +142,7 @@ def test_a_repeated_row_runs_once_and_its_gradient_counts_every_repeat(tiny_mode
 
 
 def test_distinct_rows_keeps_first_rows_in_batch_order():
-    from rlvr.logprobs import distinct_rows
+    from rlvr.modeling.logprobs import distinct_rows
 
     ids = torch.tensor([[5, 1], [3, 2], [5, 1], [1, 1], [3, 2]])
     mask = torch.ones_like(ids)
@@ -152,8 +157,8 @@ def test_distinct_rows_keeps_first_rows_in_batch_order():
 def test_no_grad_logprobs_are_the_graph_pass_s_values_and_a_later_graph_can_use_them(policy):
     """The no-grad pass (reference, pi_old) runs in inference mode; what it returns is an ordinary
     tensor that a loss may save for its backward (``logp * ref`` saves ``ref``)."""
-    from rlvr.rollout import Batch
-    from rlvr.update import no_grad_logprobs
+    from rlvr.rollout.batch import Batch
+    from rlvr.modeling.logprobs import no_grad_logprobs
 
     ids, mask, response, length = _rows(policy.config.pad_token_id)
     zeros = torch.zeros_like(response)

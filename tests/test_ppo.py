@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from rlvr import ppo
+from rlvr.recipes import ppo
 from rlvr.config import RunConfig, build_config
-from rlvr.tracking import read_metrics
+from rlvr.run.tracking import read_metrics
 
 
 def _config(model, out, *overrides):
@@ -31,10 +31,11 @@ LORA = "model.lora={r: 4, alpha: 8}"
 
 
 def _batch(model_path, n_prompts=3, group=2, max_new_tokens=3):
-    from rlvr.chat import encode_prompts
+    from rlvr.rollout.chat import encode_prompts
     from rlvr.engines import HFEngine, SamplingParams
-    from rlvr.models import load_policy, load_tokenizer
-    from rlvr.rollout import Group, collate
+    from rlvr.modeling.loading import load_policy, load_tokenizer
+    from rlvr.rollout.groups import Group
+    from rlvr.rollout.batch import collate
 
     policy, tokenizer = load_policy(model_path), load_tokenizer(model_path)
     prompts = encode_prompts(tokenizer, [[{"role": "user", "content": f"{i}+{i * 11}="}] for i in range(n_prompts)])
@@ -53,8 +54,8 @@ def _batch(model_path, n_prompts=3, group=2, max_new_tokens=3):
 def test_value_at_t_is_the_value_of_the_prefix_ending_before_token_t(taught_model, lora):
     """V[b, t] must be the head on the last hidden state of (prompt + first t completion tokens),
     whatever the left padding; the bootstrap value is that of the whole sequence."""
-    from rlvr.models import load_policy
-    from rlvr.value_model import build_critic
+    from rlvr.modeling.loading import load_policy
+    from rlvr.modeling.value_model import build_critic
 
     policy, _, batch, groups = _batch(taught_model)
     if lora:
@@ -75,8 +76,8 @@ def test_value_at_t_is_the_value_of_the_prefix_ending_before_token_t(taught_mode
 
 
 def test_a_lora_critic_is_a_value_adapter_on_the_policys_own_base(taught_model):
-    from rlvr.models import load_policy
-    from rlvr.value_model import build_critic, policy_parameters
+    from rlvr.modeling.loading import load_policy
+    from rlvr.modeling.value_model import build_critic, policy_parameters
 
     lora = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
     policy = load_policy(taught_model, lora=lora)
@@ -101,8 +102,8 @@ def test_a_critic_started_from_a_reward_model_scores_a_whole_sequence_as_the_rew
     the critic's, so the value after the last token is the reward model's score."""
     from transformers import AutoModelForSequenceClassification
 
-    from rlvr.models import load_policy
-    from rlvr.value_model import build_critic
+    from rlvr.modeling.loading import load_policy
+    from rlvr.modeling.value_model import build_critic
 
     rm = AutoModelForSequenceClassification.from_pretrained(taught_model, num_labels=1)
     torch.nn.init.normal_(rm.score.weight)
@@ -130,8 +131,8 @@ class _ConstantCritic:
 
 @pytest.mark.parametrize("truncation", ["none", "zero", "bootstrap"])
 def test_critic_targets_follow_the_truncation_rule(taught_model, tmp_path, truncation):
-    from rlvr.models import Reference
-    from rlvr.update import UpdateSettings
+    from rlvr.modeling.loading import Reference
+    from rlvr.recipes.update import UpdateSettings
 
     policy, _, batch, _ = _batch(taught_model)
     config = _config(taught_model, tmp_path, "algorithm.beta=0", "algorithm.whiten_advantages=false",
@@ -153,8 +154,8 @@ def test_critic_targets_follow_the_truncation_rule(taught_model, tmp_path, trunc
 
 
 def test_kl_in_the_reward_uses_the_trainers_logprobs_and_is_whitened_over_real_tokens(taught_model, tmp_path):
-    from rlvr.models import Reference
-    from rlvr.update import UpdateSettings
+    from rlvr.modeling.loading import Reference
+    from rlvr.recipes.update import UpdateSettings
 
     policy, _, batch, _ = _batch(taught_model)
     config = _config(taught_model, tmp_path)
@@ -263,3 +264,10 @@ def test_early_stop_on_kl_drops_the_minibatch_that_went_too_far(taught_model, tm
                       "eval.at_start=false", "eval.at_end=false"))
     step = read_metrics(tmp_path / "loose" / "metrics.jsonl")[0]
     assert step["train/early_stopped"] == 0 and step["train/optimizer_steps"] == 4
+
+
+def test_the_progress_line_shows_a_dash_for_an_undefined_explained_variance():
+    from rlvr.recipes.ppo import _critic_postfix
+
+    assert _critic_postfix({"critic/explained_variance": float("nan")}) == {"ev": "-"}
+    assert _critic_postfix({"critic/explained_variance": 0.4567}) == {"ev": "0.46"}

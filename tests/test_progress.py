@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from rlvr.progress import PlainProgress, make_progress as progress
+from rlvr.run.progress import PlainProgress, make_progress as progress
 
 
 class Tty(io.StringIO):
@@ -31,7 +31,7 @@ def test_without_a_terminal_a_line_every_tenth_of_the_run(monkeypatch):
 
 def test_a_line_at_least_every_interval(monkeypatch):
     clock = iter(float(t) for t in range(0, 1000, 40))  # 40 s per step
-    monkeypatch.setattr("rlvr.progress.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("rlvr.run.progress.time.monotonic", lambda: next(clock))
     log = io.StringIO()
     bar = PlainProgress(100, "sft", stream=log, interval_s=30)
     bar.update(1)

@@ -11,7 +11,7 @@ import yaml
 from rlvr.cli import build_parser
 from rlvr.config import RunConfig, build_config
 from rlvr.configs import load_packaged
-from rlvr.quickstart import eval_command
+from rlvr.recipes.quickstart import eval_command
 
 
 def test_eval_command_asks_the_questions_the_model_was_trained_on(tmp_path):

@@ -7,15 +7,17 @@ import shutil
 import pytest
 import torch
 
-from rlvr import grpo, ppo
+from rlvr.recipes import grpo, ppo
 from rlvr.config import ConfigError, RunConfig, build_config
 from rlvr.engines.base import Completion
-from rlvr.reward_model import RewardModel
-from rlvr.reward_scoring import RewardScorer, combine_add, combine_gate, merge_moments, running_std
-from rlvr.rollout import Group, RolloutStats, has_signal, sample_tensors
-from rlvr.step_metrics import step_metrics
+from rlvr.modeling.reward_model import RewardModel
+from rlvr.rollout.reward_scoring import RewardScorer, combine_add, combine_gate, merge_moments, running_std
+from rlvr.rollout.groups import Group, RolloutStats, has_signal
+from rlvr.rollout.batch import sample_tensors
+from rlvr.recipes.step_metrics import step_metrics
 from rlvr.tasks.base import Problem
-from rlvr.tracking import Alarms, diverging, read_metrics
+from rlvr.run.alarms import Alarms, GoldWindow, gold_fell
+from rlvr.run.tracking import read_metrics
 from rlvr.verifiers import Reward
 
 
@@ -33,7 +35,7 @@ def score_rm_folder(taught_model, tmp_path_factory):
     """A sequence-classification reward model folder without reward_model.json, as from the hub."""
     from transformers import AutoModelForSequenceClassification
 
-    from rlvr.models import load_tokenizer
+    from rlvr.modeling.loading import load_tokenizer
 
     folder = tmp_path_factory.mktemp("hub_rm") / "rm"
     torch.manual_seed(0)
@@ -141,7 +143,7 @@ def test_running_moments_match_the_whole_history_and_survive_a_checkpoint(rm_fol
 
 
 def test_a_reward_model_with_another_vocabulary_is_refused(rm_folder):
-    from rlvr.reward_scoring import check_same_tokenizer
+    from rlvr.rollout.reward_scoring import check_same_tokenizer
     from rlvr.verifiers.errors import InvalidValueError
 
     class Other:
@@ -235,38 +237,54 @@ def test_continuous_verifier_rewards_log_no_accuracy_and_no_zero_variance_alarm(
 # ---------------------------------------------------------------------------------------------
 
 
-def test_divergence_rule_fires_on_proxy_up_gold_down_and_not_on_noise():
-    up = [0.1 * i for i in range(20)]
-    falling = [0.5 - 0.02 * i for i in range(20)]
-    assert diverging(up, falling)
-    assert not diverging(up, [0.5 + 0.02 * i for i in range(20)])  # both rise: learning
-    assert not diverging([2.0 - 0.1 * i for i in range(20)], falling)  # both fall
-    noise = [0.40, 0.46, 0.37, 0.44, 0.41, 0.35, 0.45, 0.39, 0.43, 0.38] * 2
-    assert not diverging(up, noise)  # a rising proxy beside a flat, noisy gold
-    noisy_fall = [g - 0.002 * i for i, g in enumerate(noise)]  # half means 0.02 apart: within the noise (sd 0.035)
-    assert not diverging(up, noisy_fall)
-    assert diverging(up, [g - 0.015 * i for i, g in enumerate(noise)])  # 0.3 down: beyond it
-    assert not diverging(up, [0.5 - 0.0002 * i for i in range(20)])  # smooth but smaller than min_drop
-    assert not diverging([1.0, 2.0], [1.0, 0.0])  # too short to say
+def test_gold_fell_by_hand():
+    before = GoldWindow(step=10, gold=0.40, se=0.01, proxy=1.0, steps=10, step_se=0.03)
+    noise = 3.5 * (0.01 ** 2 + 0.03 ** 2 / 2) ** 0.5  # 0.0808: the fall of a 2-step window must exceed it
+    assert gold_fell(before, GoldWindow(12, 0.40 - noise - 0.001, 0.001, 1.5, steps=2))
+    assert not gold_fell(before, GoldWindow(12, 0.40 - noise + 0.001, 0.001, 1.5, steps=2))  # inside the noise,
+    # however small the window's own standard error (it shrinks as the gold falls)
+    assert not gold_fell(before, GoldWindow(12, 0.10, 0.02, 0.9, steps=2))  # the proxy fell too: not gaming it
+    assert not gold_fell(before, GoldWindow(12, 0.10, 0.02, 1.0, steps=2))  # nor did it rise
+    exact = GoldWindow(10, 0.40, 0.0, 1.0, steps=10)  # no noise: min_drop (0.03) decides
+    assert not gold_fell(exact, GoldWindow(12, 0.375, 0.0, 2.0)) and gold_fell(exact, GoldWindow(12, 0.365, 0.0, 2.0))
 
 
-def test_the_alarm_fires_once_per_stretch_and_resumes():
-    alarms = Alarms(patience=5, window=8)
+def test_a_gold_window_averages_and_adds_the_errors_in_quadrature():
+    w = GoldWindow.of([(3, 1.0, 0.3, 0.03), (4, 2.0, 0.4, 0.04), (5, 3.0, 0.5, 0.0)])
+    assert (w.step, w.proxy, w.steps) == (5, 2.0, 3) and w.gold == pytest.approx(0.4)
+    assert w.se == pytest.approx(0.05 / 3) and w.step_se == pytest.approx(0.05 / 3 ** 0.5)
+
+
+def _run_alarms(alarms, steps, first=1):
     fired = []
-    for step in range(1, 30):
-        proxy, gold = (step, 1.0 - 0.05 * step) if step <= 20 else (20 - step, 0.0 + 0.05 * step)
-        fired += [(step, m) for m in alarms.update(step, {"proxy/reward": proxy, "gold/mean": gold})]
-        if step == 10:
-            state = json.loads(json.dumps(alarms.state_dict()))
-    assert [s for s, _ in fired] == [8] and "gold_vs_proxy" in fired[0][1]
-    assert alarms.fired == [(8, "gold_vs_proxy")]
-    resumed = Alarms(patience=5, window=8)
+    for step, (proxy, gold) in enumerate(steps, first):
+        fired += [step for _ in alarms.update(step, {"proxy/reward": proxy, "gold/mean": gold, "gold/se": 0.02})]
+    return fired
+
+
+def test_the_alarm_fires_within_a_window_of_the_gold_turning_down_once_per_stretch_and_resumes():
+    flat = [(0.1 * i, 0.30) for i in range(10)]  # steps 1-10: gold steady at 0.30, proxy rising
+    collapse = [(1.0 + 0.2 * i, 0.30 - 0.04 * (i + 1)) for i in range(5)]  # steps 11-15: gold 0.26, 0.22, ...
+    recovered = [(2.0, 0.30)] * 12
+    alarms = Alarms(window=2, reference=10)
+    assert _run_alarms(alarms, flat) == []
+    state = json.loads(json.dumps(alarms.state_dict()))
+    fired = _run_alarms(alarms, collapse + recovered, first=11)
+    # every step's se is 0.02: the reference's (10 steps) is 0.0063, a 2-step window's under no change
+    # 0.02 / sqrt(2) = 0.0141, so a fall must exceed 3.5 * sqrt(0.0063^2 + 0.0141^2) = 0.054. Steps 11-12
+    # (0.24: 0.06 under the reference's 0.30) fire at step 12, two steps after the gold turned; once.
+    assert fired == [12] and alarms.fired == [(12, "gold_vs_proxy")]
+    resumed = Alarms(window=2, reference=10)
     resumed.load_state_dict(state)
-    assert resumed.history == alarms_history_at(10) and resumed.diverging
+    assert resumed.recent == [tuple(r) for r in state["recent"]] and len(resumed.recent) == 10
+    assert _run_alarms(resumed, collapse, first=11) == [12]
+    assert alarms.best == GoldWindow.of([(s, p, g, 0.02) for s, (p, g) in list(enumerate(flat, 1))[:2]])
 
 
-def alarms_history_at(step):
-    return [(float(s), 1.0 - 0.05 * s) for s in range(step - 7, step + 1)]
+def test_no_alarm_on_a_flat_noisy_gold_beside_a_rising_proxy():
+    noise = [0.40, 0.46, 0.37, 0.44, 0.41, 0.35, 0.45, 0.39, 0.43, 0.38] * 3
+    alarms = Alarms(window=3)
+    assert _run_alarms(alarms, [(0.1 * i, g) for i, g in enumerate(noise)]) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,32 +356,32 @@ def test_a_resumed_run_keeps_the_running_normalisation(taught_model, rm_folder, 
 def test_quickstart_reward_model_wires_its_stages(tmp_path, monkeypatch, capsys):
     """`rlvr quickstart --reward-model`: SFT -> pairs from the SFT model -> reward model -> GRPO against it
     (each stage replaced by a stub that records what it was given)."""
-    import rlvr.models
-    import rlvr.preferences
+    import rlvr.modeling.tiny
     import rlvr.recipes
-    import rlvr.reward_model
-    import rlvr.sft
+    import rlvr.recipes.sft
+    import rlvr.recipes.train_rm
+    import rlvr.rollout.preferences
     from rlvr.cli import main
 
     seen = {}
-    monkeypatch.setattr(rlvr.models, "build_tiny_model", lambda path, seed: seen.setdefault("base", path))
-    monkeypatch.setattr(rlvr.sft, "train", lambda config: {"steps": 7, "eval_accuracy": 0.3})
+    monkeypatch.setattr(rlvr.modeling.tiny, "build_tiny_model", lambda path, seed: seen.setdefault("base", path))
+    monkeypatch.setattr(rlvr.recipes.sft, "train", lambda config, **_: {"steps": 7, "eval_accuracy": 0.3})
 
     def preferences(model, task, out, **kwargs):
         seen["preferences"] = (model, task, out, kwargs)
         return {"pairs": 11, "sample_accuracy": 0.2}
 
-    def train_rm(config):
+    def train_rm(config, **_):
         seen["rm"] = config
         return {"pairwise_accuracy": 0.93, "model": str(tmp_path / "rm" / "final")}
 
-    def train_rl(config):
+    def train_rl(config, **_):
         seen["rl"] = config
         return {"accuracy_before": 0.3, "accuracy_after": 0.5, "gold_accuracy_before": 0.3, "gold_accuracy_after": 0.5,
                 "wall_s": 1.0, "alarms": []}
 
-    monkeypatch.setattr(rlvr.preferences, "build_preferences", preferences)
-    monkeypatch.setattr(rlvr.reward_model, "train", train_rm)
+    monkeypatch.setattr(rlvr.rollout.preferences, "build_preferences", preferences)
+    monkeypatch.setattr(rlvr.recipes.train_rm, "train", train_rm)
     monkeypatch.setattr(rlvr.recipes, "train", train_rl)
     assert main(["quickstart", "--reward-model", "--out", str(tmp_path), "--seed", "3", "--steps", "5", "--no-progress"]) == 0
     model, task, out, kwargs = seen["preferences"]
@@ -375,3 +393,43 @@ def test_quickstart_reward_model_wires_its_stages(tmp_path, monkeypatch, capsys)
     assert summary["pairwise_accuracy"] == 0.93 and summary["gold_accuracy_after"] == 0.5 and "wall_s" in summary
     printed = capsys.readouterr().out
     assert "[5/5] GRPO against the reward model" in printed and "gold-vs-proxy alarm: never fired" in printed
+
+
+def test_a_run_says_at_start_that_the_reward_model_is_the_reward(tmp_path):
+    """Before, a run with reward_model.path announced only the suites' verifiers."""
+    from types import SimpleNamespace
+
+    from rlvr.rollout.reward_scoring import RewardScorer
+
+    scorer = RewardScorer.__new__(RewardScorer)
+    scorer.config = build_config(RunConfig, {"model": {"path": "m"}, "reward_model": {"path": "rm/final", "clip": 5}}
+                                 ).reward_model
+    scorer.models = [SimpleNamespace(head="logprob")]
+    assert scorer.describe() == ("reward: the reward model rm/final (logprob head) (normalize none, clip 5); the "
+                                 "suites' verifiers only watch (gold/ metrics and the evaluation), they are not optimised")
+
+
+def test_stop_on_gold_vs_proxy_ends_the_run_on_the_policy_of_its_best_gold_window(taught_model, rm_folder, tmp_path,
+                                                                                   monkeypatch):
+    """log.stop_on: [gold_vs_proxy] ends the run at the step the alarm fires, evaluates and saves the policy
+    that sampled the best gold window (the oldest policy of that window), and says so in summary.json."""
+    import rlvr.run.alarms
+    from safetensors.torch import load_file
+
+    fires = iter([False, True])  # 1-step windows: step 2 (against step 1) holds, step 3 falls
+    monkeypatch.setattr(rlvr.run.alarms, "gold_fell", lambda *a, **k: next(fires))
+    config = _config(taught_model, rm_folder, tmp_path, "algorithm.beta=0", "train.steps=6", "log.gold_window=1",
+                     "log.stop_on=[gold_vs_proxy]", "checkpoint.every=1", "checkpoint.keep=10", "eval.every=0")
+    summary = grpo.train(config)
+    assert summary["stopped"] == "alarm gold_vs_proxy at step 3" and summary["alarms"] == [
+        {"step": 3, "alarm": "gold_vs_proxy"}]
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2, 3] and "eval/accuracy" in records[-1]  # evaluated at the stop
+    best = summary["final_policy_step"]
+    gold = {r["step"]: r["gold/mean"] for r in records[1:]}
+    assert best == max(gold, key=gold.get) - 1  # a 1-step window: the policy before the best step sampled it
+    kept = load_file(str((tmp_path / "checkpoints" / f"step_{best:06d}" / "model" if best else taught_model)
+                         / "model.safetensors"))
+    final = load_file(str(tmp_path / "final" / "model.safetensors"))
+    assert all(torch.equal(final[k], kept[k]) for k in final)
+    assert grpo.train(config, resume=True)["stopped"] == summary["stopped"]  # a resume ends at once

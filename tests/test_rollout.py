@@ -3,7 +3,9 @@
 import torch
 
 from rlvr.engines.base import Completion, SamplingParams
-from rlvr.rollout import Group, ProblemSampler, collate, collect_groups, overlong_soft_penalty, sample_tensors
+from rlvr.rollout.groups import Group, collect_groups
+from rlvr.rollout.sampler import ProblemSampler
+from rlvr.rollout.batch import collate, overlong_soft_penalty, sample_tensors
 from rlvr.tasks.base import Problem
 from rlvr.verifiers import Reward, register_verifier
 from rlvr.verifiers.runner import VerifierRunner
@@ -174,7 +176,7 @@ def test_collate_layout_left_padded_prompts_right_padded_completions():
 
 def test_the_configs_verifier_wins_over_each_problems_own():
     """verifier.name (with its options) scores every problem; without it, each problem's own verifier."""
-    from rlvr.rollout import score_groups
+    from rlvr.rollout.groups import score_groups
 
     problems = [Problem("p/0", [{"role": "user", "content": "q"}], {"answer": "0"}, "test_status_from_text"),
                 Problem("p/1", [{"role": "user", "content": "q"}], {"answer": "1"}, "test_continuous_length")]

@@ -161,8 +161,8 @@ def test_a_missing_ray_is_named_with_the_install_command(monkeypatch):
 @pytest.mark.slow
 def test_a_training_run_on_ray_actors_learns_what_a_local_run_does(ray_cluster, taught_model, tmp_path):
     """Same seed, same rewards: a GRPO run scored by Ray actors logs the local run's rewards step for step."""
-    from rlvr import grpo
-    from rlvr.tracking import read_metrics
+    from rlvr.recipes import grpo
+    from rlvr.run.tracking import read_metrics
     from test_grpo import _config
 
     runs = {}

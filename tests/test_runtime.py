@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from rlvr import runtime
+from rlvr.run import runtime
 
 
 def test_lr_schedule_by_hand():

@@ -5,14 +5,15 @@ import json
 import pytest
 import torch
 
-from rlvr import sft
+from rlvr.recipes import sft
 from rlvr.config import build_config
-from rlvr.offline_configs import SFTConfig
-from rlvr.tracking import read_metrics
+from rlvr.config import SFTConfig
+from rlvr.modeling.logprobs import collate_completions
+from rlvr.run.tracking import read_metrics
 
 
 def test_collate_masks_prompt_tokens_out_of_the_loss():
-    ids, attention, mask = sft._collate([([1, 2, 3], [7, 8, 2]), ([4], [9, 2])], pad_id=0)
+    ids, attention, mask = collate_completions([[1, 2, 3], [4]], [[7, 8, 2], [9, 2]], pad_id=0)
     assert ids.tolist() == [[1, 2, 3, 7, 8, 2], [0, 0, 4, 9, 2, 0]]
     assert attention.tolist() == [[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0]]
     assert mask.tolist() == [[1, 1, 1], [1, 1, 0]]  # completion (with EOS) only

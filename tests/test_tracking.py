@@ -5,8 +5,9 @@ import json
 import pytest
 import torch
 
-from rlvr.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
-from rlvr.tracking import Alarms, Tracker, plot_metrics, read_metrics
+from rlvr.run.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
+from rlvr.run.alarms import Alarms
+from rlvr.run.tracking import Tracker, plot_metrics, read_metrics
 
 
 def test_tracker_flushes_each_step_and_truncates_on_resume(tmp_path):
@@ -81,8 +82,8 @@ def test_checkpoints_are_atomic_and_pruned(tmp_path):
 
 
 def test_restoring_a_checkpoint_written_by_another_recipe_names_what_is_missing(tmp_path):
-    from rlvr.checkpoint import restore_states
-    from rlvr.run_folder import RunFolderError
+    from rlvr.run.checkpoint import restore_states
+    from rlvr.run.folder import RunFolderError
 
     model = _Saveable()
     optimizer = torch.optim.AdamW(model.weight.parameters())

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.chat import encode_prompts, render_prompt, resolve_chat_template
+from rlvr.rollout.chat import encode_prompts, render_prompt, resolve_chat_template
 from rlvr.config import ConfigError, RunConfig, build_config
-from rlvr.offline_configs import SFTConfig
+from rlvr.config import SFTConfig
 from rlvr.verifiers.errors import InvalidValueError, MissingFileError, PluginLoadError
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3="}]
@@ -22,7 +22,7 @@ MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "conten
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):
-    from rlvr.models import load_tokenizer
+    from rlvr.modeling.loading import load_tokenizer
 
     return load_tokenizer(tiny_model)
 
@@ -77,7 +77,7 @@ def test_bad_chat_template_settings_fail_naming_the_field(tmp_path):
 
 
 def test_each_suite_encodes_with_its_own_template(tokenizer):
-    from rlvr.suites import PromptEncoder, load_suite
+    from rlvr.rollout.suites import PromptEncoder, load_suite
 
     options = {"style": "bare", "max_digits": 1, "n": 3}
     templated = load_suite("arithmetic", path=None, split="test", options=options, limit=None)
@@ -90,8 +90,8 @@ def test_each_suite_encodes_with_its_own_template(tokenizer):
 
 
 def test_sft_encodes_prompts_as_the_rl_recipes_do(tokenizer):
-    from rlvr import sft
-    from rlvr.suites import PromptEncoder
+    from rlvr.recipes import sft
+    from rlvr.rollout.suites import PromptEncoder
     from rlvr.tasks.base import Problem
 
     examples = [(MESSAGES, "5")]
@@ -231,7 +231,7 @@ def _custom_config(data_file: Path, *overrides: str) -> RunConfig:
 
 
 def test_first_lines_name_the_verifier_the_instruction_and_the_template(tmp_path):
-    from rlvr.suites import describe_suites, load_eval_suites, load_training_suites
+    from rlvr.rollout.suites import describe_suites, load_eval_suites, load_training_suites
 
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "a": str(2 * i)}) + "\n" for i in range(4)))
@@ -251,14 +251,14 @@ def test_first_lines_name_the_verifier_the_instruction_and_the_template(tmp_path
 
 
 def test_the_default_eval_of_a_one_file_custom_suite_warns(tmp_path):
-    from rlvr.suites import describe_suites, load_eval_suites, load_training_suites
+    from rlvr.rollout.suites import describe_suites, load_eval_suites, load_training_suites
 
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "a": str(2 * i)}) + "\n" for i in range(4)))
     config = _custom_config(data)
     lines = describe_suites(config, load_training_suites(config.data)[0], load_eval_suites(config))
     assert lines[1].startswith("eval suite custom (data.0): 4 problems, split test")
-    assert lines[2] == (f"warning: eval suite 'custom': 4 of its 4 prompts are also training prompts ({data} is one "
+    assert lines[2] == (f"warning: eval suite 'custom' (split test): 4 of its 4 prompts are also training prompts ({data} is one "
                         "file: a custom suite reads it for every split), so its accuracy is not held-out accuracy; "
                         "set eval.tasks to held-out data (e.g. {task: custom, path: test.jsonl, ...}), or point the "
                         "suite at a folder holding train.jsonl and test.jsonl")
@@ -283,7 +283,7 @@ def test_instruction_none_means_no_instruction(tmp_path):
 def test_metrics_lines_carry_a_wall_clock_time(tmp_path):
     import time
 
-    from rlvr.tracking import Tracker, read_metrics
+    from rlvr.run.tracking import Tracker, read_metrics
 
     before = time.time()
     tracker = Tracker(tmp_path)
@@ -294,8 +294,8 @@ def test_metrics_lines_carry_a_wall_clock_time(tmp_path):
 
 
 def test_a_run_without_end_artefacts_logs_time_and_logging_time(tiny_model, tmp_path):
-    from rlvr import grpo
-    from rlvr.tracking import read_metrics
+    from rlvr.recipes import grpo
+    from rlvr.run.tracking import read_metrics
 
     raw = {
         "out": str(tmp_path / "run"), "model": {"path": str(tiny_model)},

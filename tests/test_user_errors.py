@@ -63,7 +63,7 @@ def test_unknown_verifier_name_and_option_fail_at_config_load(capsys, tmp_path, 
 
 def test_a_bad_verifier_option_value_fails_before_the_model_loads(capsys, tmp_path, tiny_model, monkeypatch):
     loaded = []
-    monkeypatch.setattr("rlvr.grpo.load_run_policy", lambda *a, **k: loaded.append(1))
+    monkeypatch.setattr("rlvr.recipes.rl_run.load_run_policy", lambda *a, **k: loaded.append(1))
     cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run",
                        verifier={"name": "length", "options": {"mode": "sideways"}})
     code, _, err = run_cli(capsys, "train", str(cfg))
@@ -293,7 +293,7 @@ def test_disk_full_while_checkpointing_names_the_file(tmp_path, monkeypatch):
 
     import torch
 
-    from rlvr import checkpoint
+    from rlvr.run import checkpoint
     from rlvr.verifiers.files import DiskFullError
 
     class Model:
@@ -318,7 +318,7 @@ def test_disk_full_while_checkpointing_names_the_file(tmp_path, monkeypatch):
     def enospc(*_a, **_k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    from rlvr.tracking import Tracker
+    from rlvr.run.tracking import Tracker
 
     tracker = Tracker(tmp_path)
     tracker._file.close()

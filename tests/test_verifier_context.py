@@ -74,9 +74,9 @@ def test_the_cache_tells_samples_apart_by_their_context():
 
 
 def test_training_gives_every_verifier_the_prompt_and_finish_reason(taught_model, tmp_path):
-    from rlvr import grpo
+    from rlvr.recipes import grpo
     from rlvr.config import RunConfig, build_config
-    from rlvr.tracking import read_metrics
+    from rlvr.run.tracking import read_metrics
 
     config = build_config(RunConfig, {
         "out": str(tmp_path), "model": {"path": str(taught_model)},
@@ -162,9 +162,9 @@ def test_a_verifier_that_always_raises_stops_the_run_with_its_error(taught_model
 
 
 def test_some_errors_are_counted_and_shown_once_without_stopping(taught_model, tmp_path, capsys):
-    from rlvr import grpo
+    from rlvr.recipes import grpo
     from rlvr.config import RunConfig, build_config
-    from rlvr.tracking import read_metrics
+    from rlvr.run.tracking import read_metrics
 
     config = build_config(RunConfig, {
         "out": str(tmp_path), "model": {"path": str(taught_model)},

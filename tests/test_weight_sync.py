@@ -14,9 +14,9 @@ import torch
 from rlvr import engines
 from rlvr.algorithms.losses import policy_loss, truncated_importance_weights
 from rlvr.engines import HFEngine
-from rlvr.models import iter_inference_weights, load_policy, load_tokenizer
+from rlvr.modeling.loading import iter_inference_weights, load_policy, load_tokenizer
 from rlvr.verifiers.errors import PluginLoadError
-from rlvr.weight_sync import EngineSync, StaleEngineError
+from rlvr.engines.weight_sync import EngineSync, StaleEngineError
 
 LORA = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj", "down_proj"])
 
@@ -27,7 +27,7 @@ class CopyEngine(HFEngine):
     weight_sync = "merged"
 
     def __init__(self, model, tokenizer, **options):
-        from rlvr.models import is_lora
+        from rlvr.modeling.loading import is_lora
 
         own = copy.deepcopy(model)
         super().__init__(own.merge_and_unload() if is_lora(own) else own, tokenizer, **options)
@@ -136,7 +136,7 @@ def test_kl_in_the_reward_uses_the_trainer_s_log_probs_and_a_wrong_engine_is_sto
     """An engine whose sampling log-probs are off by 0.5 nats: the canary stops the run; with the
     canary off, KL in the reward is still exact (0 at the first step, where the policy is the
     reference), because it comes from the trainer's log-probs."""
-    from rlvr import grpo
+    from rlvr.recipes import grpo
     from rlvr.config import RunConfig, build_config
 
     class OffEngine(HFEngine):

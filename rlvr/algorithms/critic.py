@@ -16,7 +16,6 @@ One PPO step reads, in order (formulas as in ../shared/seeds/):
 from __future__ import annotations
 
 import math
-from typing import Protocol
 
 import torch
 
@@ -183,14 +182,6 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 # ---------------------------------------------------------------------------------------------
 # KL coefficient controllers (beta of the KL penalty in the reward)
 # ---------------------------------------------------------------------------------------------
-
-
-class KLController(Protocol):
-    value: float  # the current beta
-
-    def update(self, current_kl: float, n_steps: int) -> float: ...
-    def state_dict(self) -> dict[str, float]: ...
-    def load_state_dict(self, state: dict[str, float]) -> None: ...
 
 
 class FixedKLController:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rlvr.commands import HelpFormatter
+from rlvr.commands.run_args import add_run_arguments, load_run_config
 
 
 def add_parser(subparsers) -> None:
@@ -16,26 +17,19 @@ def add_parser(subparsers) -> None:
         "LoRA: the same network with its adapters off). `data.path` is a JSONL/Parquet file (e.g. from `rlvr "
         "preferences`) or a hub dataset; dpo.loss picks sigmoid (DPO, cDPO with dpo.label_smoothing) or ipo. With "
         "eval.task set, greedy gold accuracy on that suite is measured before and after. key=value pairs override the "
-        "config. Writes config.yaml, metrics.jsonl, metrics.png, final/, summary.json.",
+        "config. Writes config.yaml, metrics.jsonl, metrics.png, checkpoints/, final/, summary.json; Ctrl-C saves a "
+        "checkpoint at the end of the step, and --resume continues from it.",
     )
-    p.add_argument("config", help="YAML config file (e.g. rlvr/configs/arithmetic_dpo.yaml)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, applied after the file")
-    p.add_argument("--out", default=None, help="run folder (overrides the config's `out`; without either: a new "
-                   "runs/dpo-<timestamp>)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the run already in the run folder; without it such a folder is refused")
+    add_run_arguments(p, kind="dpo", example="rlvr/configs/arithmetic_dpo.yaml")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.config import load_config
-    from rlvr.offline_configs import DPOConfig
+    from rlvr.config import DPOConfig
+    from rlvr.recipes import dpo
 
-    overrides = list(args.overrides) + ([f"out={args.out}"] if args.out else [])
-    config = load_config(DPOConfig, args.config, overrides)  # a ConfigError is printed by rlvr.cli
-    from rlvr import dpo
-
-    summary = dpo.train(config, overwrite=args.overwrite)
+    config, resume = load_run_config(args, DPOConfig)
+    summary = dpo.train(config, resume=resume, overwrite=args.overwrite)
     if "rank" in summary:  # a torchrun rank other than 0: rank 0 reports
         return 0
     before, after = summary.get("gold_accuracy_before"), summary.get("gold_accuracy_after")

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlvr.commands import HelpFormatter
+from rlvr.commands import HelpFormatter, check_sampling
 
 
 def _key_values(pairs: list[str], flag: str) -> dict:
@@ -31,7 +31,8 @@ def add_parser(subparsers) -> None:
         help="measure a model on a task suite: pass@k (unbiased), accuracy, verifier statuses, throughput",
         description="Generate --samples completions per problem with the engine, verify them with the suite's verifier "
         "(or --verifier), and report pass@k with the unbiased estimator of Chen et al. (2021), mean accuracy, verifier "
-        "status counts and throughput. With --out, writes results.jsonl (one line per problem) and summary.json.",
+        "status counts and throughput. With --out, writes results.jsonl (one line per problem) and summary.json; a "
+        "folder that already holds them is refused (checked before any work) unless --overwrite.",
     )
     p.add_argument("--model", required=True, help="local Hugging Face model folder (e.g. a run's final/)")
     p.add_argument("--task", required=True, help="task suite name (see `rlvr tasks list`)")
@@ -63,11 +64,26 @@ def add_parser(subparsers) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="model weights dtype")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--out", default=None, help="folder for results.jsonl and summary.json")
+    p.add_argument("--out", default=None, help="folder for results.jsonl and summary.json (created if missing; one that "
+                   "already holds them is refused without --overwrite)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the results.jsonl and summary.json already in --out (when the new ones are complete)")
     p.set_defaults(func=run)
 
 
+#: What ``rlvr eval --out`` writes; any of them in the folder means "this folder holds an evaluation".
+EVAL_FILES = ("results.jsonl", "summary.json")
+
+
 def run(args: argparse.Namespace) -> int:
+    from rlvr.verifiers.cli import check_number, check_runner_flags
+    from rlvr.verifiers.files import check_output_folder
+
+    check_sampling(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                   greedy=args.greedy)
+    check_runner_flags(args.workers, args.timeout)
+    for flag, value in (("--samples", args.samples), ("--limit", args.limit), ("--batch-prompts", args.batch_prompts)):
+        check_number(flag, value, 1)
     try:
         ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
     except ValueError:
@@ -76,18 +92,20 @@ def run(args: argparse.Namespace) -> int:
     if not ks or min(ks) < 1 or max(ks) > args.samples:
         print(f"rlvr eval: every k must lie in 1..--samples ({args.samples}), got {args.k}", file=sys.stderr)
         return 2
+    if args.out is not None:  # before any work: an earlier evaluation there is not replaced by accident
+        check_output_folder(args.out, EVAL_FILES, flag="--out", holds="an evaluation", overwrite=args.overwrite)
 
     if args.greedy and args.samples > 1:
         print(f"rlvr eval: warning: --greedy makes all {args.samples} samples of a problem identical, so pass@k for k > 1 "
               "equals pass@1; sample with a temperature instead (drop --greedy) or use --samples 1", file=sys.stderr)
 
     from rlvr.engines import ENGINES, SamplingParams, build_engine
-    from rlvr.evaluate import evaluate
-    from rlvr.models import check_model_folder, load_policy, load_tokenizer
-    from rlvr.progress import make_progress
-    from rlvr.runtime import quiet_transformers, resolve_device, seed_everything
-    from rlvr.chat import resolve_chat_template
-    from rlvr.suites import PromptEncoder, load_suite
+    from rlvr.rollout.evaluate import evaluate
+    from rlvr.modeling.loading import check_model_folder, load_policy, load_tokenizer
+    from rlvr.run.progress import make_progress
+    from rlvr.run.runtime import quiet_transformers, resolve_device, seed_everything
+    from rlvr.rollout.chat import resolve_chat_template
+    from rlvr.rollout.suites import PromptEncoder, load_suite
     from rlvr.verifiers.errors import InvalidValueError
     from rlvr.verifiers.registry import check_verifier
     from rlvr.verifiers.runner import VerifierRunner
@@ -133,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         from rlvr.verifiers.files import atomic_write_text
 
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)  # checked (and made) before the evaluation; made again if removed since
         atomic_write_text(out / "results.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in result.records))
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
         print(f"  wrote {out / 'results.jsonl'} and {out / 'summary.json'}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlvr.commands import HelpFormatter
+from rlvr.commands import HelpFormatter, check_sampling
 
 
 def add_parser(subparsers) -> None:
@@ -19,7 +19,9 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--model", required=True, help="local Hugging Face model folder that samples the completions")
     p.add_argument("--task", required=True, help="task suite name (see `rlvr tasks list`)")
-    p.add_argument("--out", required=True, help="JSONL file to write (replaced atomically)")
+    p.add_argument("--out", required=True, help="JSONL file to write (missing folders are created; an existing file is "
+                   "refused, checked before any work, unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file (when the new one is complete)")
     p.add_argument("--samples", type=int, default=8, help="completions sampled per problem (G)")
     p.add_argument("--pairs-per-prompt", type=int, default=1,
                    help="at most this many distinct (passing, failing) pairs per problem")
@@ -40,11 +42,18 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rlvr.commands.eval import _key_values
-    from rlvr.preferences import build_preferences
+    from rlvr.rollout.preferences import build_preferences
     from rlvr.verifiers.errors import InvalidValueError
+    from rlvr.verifiers.cli import check_number, check_runner_flags
+    from rlvr.verifiers.files import check_output_file
 
     if args.pairs_per_prompt < 1:
         raise InvalidValueError("--pairs-per-prompt must be at least 1")
+    check_sampling(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
+    check_runner_flags(args.workers, None)
+    for flag, value in (("--limit", args.limit), ("--batch-prompts", args.batch_prompts)):
+        check_number(flag, value, 1)
+    check_output_file(args.out, flag="--out", overwrite=args.overwrite)  # before any work
     stats = build_preferences(
         args.model, args.task, args.out, samples=args.samples, limit=args.limit, seed=args.seed,
         temperature=args.temperature, max_new_tokens=args.max_new_tokens, split=args.split, path=args.path,

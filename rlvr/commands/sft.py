@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rlvr.commands import HelpFormatter
+from rlvr.commands.run_args import add_run_arguments, load_run_config
 
 
 def add_parser(subparsers) -> None:
@@ -15,27 +16,23 @@ def add_parser(subparsers) -> None:
         "accepted too), each a task suite with solutions (task: NAME) or a JSONL file of {prompt, completion} or "
         "{messages} lines (task: null, path: FILE); their examples are pooled. key=value pairs override the config "
         "(data.0.path=FILE). Optional early stop when held-out "
-        "greedy accuracy reaches eval.stop_at_accuracy. Writes config.yaml, metrics.jsonl, metrics.png, final/, summary.json.",
+        "greedy accuracy reaches eval.stop_at_accuracy; the final model is measured too. Writes config.yaml, "
+        "metrics.jsonl, metrics.png, checkpoints/, final/, summary.json; Ctrl-C saves a checkpoint at the end of the "
+        "step, and --resume continues from it.",
     )
-    p.add_argument("config", help="YAML config file")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, applied after the file")
-    p.add_argument("--out", default=None, help="run folder (overrides the config's `out`; without either: a new "
-                   "runs/sft-<timestamp>)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the run already in the run folder; without it such a folder is refused")
+    add_run_arguments(p, kind="sft", example="rlvr/configs/quickstart_sft.yaml")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.config import load_config
-    from rlvr.offline_configs import SFTConfig
+    from rlvr.config import SFTConfig
+    from rlvr.recipes import sft
 
-    overrides = list(args.overrides) + ([f"out={args.out}"] if args.out else [])
-    config = load_config(SFTConfig, args.config, overrides)  # a ConfigError is printed by rlvr.cli
-    from rlvr import sft
-
-    summary = sft.train(config, overwrite=args.overwrite)
+    config, resume = load_run_config(args, SFTConfig)
+    summary = sft.train(config, resume=resume, overwrite=args.overwrite)
     if "rank" in summary:  # a torchrun rank other than 0: rank 0 reports
         return 0
-    print(f"SFT done after {summary['steps']} steps; model: {summary['model']}")
+    accuracy = summary["eval_accuracy"]
+    print(f"SFT done after {summary['steps']} steps" + (f"; held-out greedy accuracy {accuracy:.3f}"
+                                                         if accuracy is not None else "") + f"; model: {summary['model']}")
     return 0

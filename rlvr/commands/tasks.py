@@ -135,7 +135,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from rlvr.chat import render_prompt, resolve_chat_template
+    from rlvr.rollout.chat import render_prompt, resolve_chat_template
     from rlvr.tasks.registry import task_factory
 
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rlvr.commands import HelpFormatter
+from rlvr.commands.run_args import add_run_arguments, load_run_config
 
 
 def add_parser(subparsers) -> None:
@@ -16,28 +17,18 @@ def add_parser(subparsers) -> None:
         "last token, loadable with AutoModelForSequenceClassification) or logprob (the causal LM's own sequence "
         "log-probability). Held-out pairwise accuracy is measured at start, every eval.every steps and at the end. "
         "key=value pairs override the config. Writes config.yaml, metrics.jsonl, metrics.png, checkpoints/, final/, "
-        "summary.json.",
+        "summary.json; Ctrl-C saves a checkpoint at the end of the step, and --resume continues from it.",
     )
-    p.add_argument("config", help="YAML config file (e.g. rlvr/configs/arithmetic_rm.yaml)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, applied after the file")
-    p.add_argument("--out", default=None, help="run folder (overrides the config's `out`; without either: a new "
-                   "runs/rm-<timestamp>)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the run already in the run folder; without it such a folder is refused")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in the run folder from its latest checkpoint")
+    add_run_arguments(p, kind="rm", example="rlvr/configs/arithmetic_rm.yaml")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.config import load_config
-    from rlvr.offline_configs import RewardModelConfig
+    from rlvr.config import RewardModelConfig
+    from rlvr.recipes import train_rm
 
-    overrides = list(args.overrides) + ([f"out={args.out}"] if args.out else [])
-    config = load_config(RewardModelConfig, args.config, overrides)  # a ConfigError is printed by rlvr.cli
-    from rlvr import reward_model
-
-    summary = reward_model.train(config, overwrite=args.overwrite, resume=args.resume)
+    config, resume = load_run_config(args, RewardModelConfig)
+    summary = train_rm.train(config, resume=resume, overwrite=args.overwrite)
     if "rank" in summary:  # a torchrun rank other than 0: rank 0 reports
         return 0
     accuracy = summary["pairwise_accuracy"]

@@ -51,7 +51,7 @@ class Completion:
 #: How an engine gets the policy's weights after an optimizer step (its ``weight_sync`` attribute):
 #: ``shared`` it generates with the trainer's own module, nothing is pushed; ``merged`` it takes the
 #: full weights, LoRA merged in; ``adapter`` it takes a LoRA policy's adapter tensors only (the full
-#: weights when the policy has no LoRA). See :func:`rlvr.models.iter_inference_weights`.
+#: weights when the policy has no LoRA). See :func:`rlvr.modeling.loading.iter_inference_weights`.
 WeightSync = Literal["shared", "merged", "adapter"]
 
 
@@ -67,7 +67,8 @@ class Engine(Protocol):
     Example::
 
         from rlvr.engines import HFEngine, SamplingParams
-        from rlvr.models import build_tiny_model, iter_inference_weights, load_policy, load_tokenizer
+        from rlvr.modeling.tiny import build_tiny_model
+        from rlvr.modeling.loading import iter_inference_weights, load_policy, load_tokenizer
 
         folder = build_tiny_model("tiny_model")               # or any local model folder
         policy, tokenizer = load_policy(folder), load_tokenizer(folder)

@@ -5,7 +5,7 @@ weights to push after an update. Each distinct prompt is prefilled once and its 
 to its n samples; then one token per step for every sequence still running, sampled as ``transformers``'
 ``generate`` samples (temperature, then top-k, then top-p), without its per-step machinery. The
 log-probability of each chosen token under the full tempered distribution is recorded as it is
-drawn, keeping no step's logits beyond the current one. A model that :mod:`rlvr.fast_forward`
+drawn, keeping no step's logits beyond the current one. A model that :mod:`rlvr.modeling.fast_forward`
 supports decodes with its shared-prompt forward (a prompt's keys held once, not per sample).
 """
 
@@ -16,9 +16,9 @@ from typing import Sequence
 
 import torch
 
-from rlvr import fast_forward
+from rlvr.modeling import fast_forward
 from rlvr.engines.base import Completion, SamplingParams, eos_token_ids
-from rlvr.logprobs import cache_argument, output_cache, position_ids
+from rlvr.modeling.logprobs import cache_argument, output_cache, position_ids
 
 
 def sample_next(logits: torch.Tensor, sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,7 +55,8 @@ def draw(probs: torch.Tensor) -> torch.Tensor:
 
 
 class HFEngine:
-    """Generation with ``model.generate``; see :class:`rlvr.engines.base.Engine`.
+    """Generation with the trainer's own module and a KV cache (see the module docstring); the
+    :class:`rlvr.engines.base.Engine` protocol.
 
     Args:
         model: a causal LM (plain or peft), the trainer's own policy module.
@@ -138,7 +139,7 @@ class HFEngine:
 
     def _fast_steps(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, max_new: int):
         """A generator of next-token logits ``[P * n, V]``: first after the prompts, then after each
-        ``(token, running)`` sent in (:mod:`rlvr.fast_forward`); a row not running (it has finished)
+        ``(token, running)`` sent in (:mod:`rlvr.modeling.fast_forward`); a row not running (it has finished)
         is not computed and gets logits 0."""
         last, prompts = fast_forward.encode_prompts(self.model, input_ids, attention_mask, n)
         rows = fast_forward.RowCache.empty(prompts, capacity=max_new)

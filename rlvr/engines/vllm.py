@@ -7,7 +7,7 @@ actually drew the token). vLLM never sees text: prompts go in as token ids, comp
 ids and are decoded with the trainer's tokenizer, so both engines return identical objects.
 
 Weights: after every optimizer step the trainer pushes ``(name, tensor)`` pairs
-(:func:`rlvr.models.iter_inference_weights`). With one GPU (or the CPU) vLLM runs in-process and the
+(:func:`rlvr.modeling.loading.iter_inference_weights`). With one GPU (or the CPU) vLLM runs in-process and the
 pairs go straight into the worker's ``reload_weights`` (no copy, no serialisation); with tensor
 parallelism they are written once to a safetensors file in shared memory and every worker reloads
 it. A LoRA policy is either merged into the pushed weights (``lora_sync="merge"``, the default: on
@@ -40,7 +40,7 @@ use_quiet_logging()
 import vllm  # noqa: E402,F401
 
 from rlvr.engines.base import Completion, SamplingParams, eos_token_ids
-from rlvr.runtime import rng_state, set_rng_state
+from rlvr.run.runtime import rng_state, set_rng_state
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 
@@ -85,7 +85,7 @@ class VLLMEngine:
         kv_cache_gib: float = 1.0,
         seed: int = 0,
     ):
-        from rlvr.models import context_length, is_lora
+        from rlvr.modeling.loading import context_length, is_lora
 
         if lora_sync not in ("merge", "adapter"):
             raise ValueError(f"engine option lora_sync must be 'merge' or 'adapter', got {lora_sync!r}")
@@ -277,7 +277,7 @@ def _start_llm(*, path: str, dtype: str, max_num_seqs: int, gpu_memory_utilizati
     # In-process vLLM changes two process-wide things that belong to the trainer: it re-seeds Python's
     # and torch's global generators (data order, dropout and sampling seeds must stay where the run's
     # seed put them), and its CPU worker replaces torch.set_num_threads with a no-op (the trainer's
-    # thread policy, rlvr.runtime.set_threads, must keep working). Both are put back.
+    # thread policy, rlvr.run.runtime.set_threads, must keep working). Both are put back.
     saved_rng, set_num_threads = rng_state(), torch.set_num_threads
     try:
         return LLM(**options)

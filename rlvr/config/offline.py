@@ -1,0 +1,219 @@
+"""Configs of the recipes that learn from fixed data, not from rollouts: SFT (``rlvr sft``), the
+Bradley-Terry reward model (``rlvr train-rm``) and offline DPO (``rlvr dpo``).
+
+Built from the same sections as ``RunConfig`` (``rlvr/config/sections.py``) and loaded the same way:
+``load_config(SFTConfig, path, overrides)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import Field, field_validator, model_validator
+
+from rlvr.config.sections import (CheckpointConfig, FieldError, LogConfig, ModelConfig, OptimConfig, ProcessConfig,
+                                  Section, check_chat_template, plugin_options, registered)
+
+
+class SFTDataConfig(Section):
+    """One source of SFT examples; ``data`` is a list of them (like ``rlvr train``'s), whose examples
+    are pooled. A single mapping is accepted too, as a list of one."""
+
+    task: Optional[str] = Field("arithmetic", description="task suite whose problems carry a gold solution")
+    path: Optional[str] = Field(None, description="suite data path, or a JSONL of {prompt|messages, completion} when task is null")
+    split: str = "train"
+    options: dict[str, Any] = Field(default_factory=dict)
+    limit: Optional[int] = Field(None, ge=1)
+    chat_template: str = Field("auto", description="how prompts are rendered: auto, none or a Jinja template file "
+                               "(as data[i].chat_template of `rlvr train`: SFT and RL should render them alike)")
+
+    _valid_chat_template = field_validator("chat_template")(lambda cls, v: check_chat_template(v))
+
+    @model_validator(mode="after")
+    def _known_task_and_options(self) -> "SFTDataConfig":
+        if self.task is not None:
+            registered("rlvr.tasks:TASKS", self.task, "task")
+            plugin_options("rlvr.tasks.registry:check_task", self.task, self.options, "task")
+        elif not self.path:
+            raise FieldError("path", "set task to a suite, or task: null with path to a JSONL file of "
+                             "{prompt|messages, completion} lines")
+        return self
+
+
+class SFTTrainConfig(ProcessConfig):
+    steps: int = Field(500, ge=1)
+    batch_size: int = Field(64, ge=1, description="sequences per optimizer step")
+    micro_batch_size: int = Field(256, ge=1)
+
+
+class SFTEvalConfig(Section):
+    every: int = Field(0, ge=0, description="greedy accuracy on held-out problems every N steps (0 = only at the end)")
+    at_end: bool = Field(True, description="measure the final model too (when the last step was not measured already); "
+                         "needs a task: eval.task, or the first data entry's")
+    task: Optional[str] = Field(None, description="default: the first data entry's task")
+    split: str = "dev"
+    options: dict[str, Any] = Field(default_factory=dict, description="default: the first data entry's options")
+    limit: int = Field(200, ge=1)
+    max_new_tokens: int = Field(16, ge=1)
+    stop_at_accuracy: Optional[float] = Field(None, gt=0, le=1, description="stop as soon as held-out accuracy reaches this")
+
+
+class SFTConfig(Section):
+    """Supervised fine-tuning on gold completions (``rlvr sft``), loss on completion tokens only."""
+
+    out: Optional[str] = Field(None, description="run folder; null = a new runs/sft-<timestamp> (a folder that "
+                               "already holds a run is refused unless --resume or --overwrite)")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: list[SFTDataConfig] = Field(default_factory=lambda: [SFTDataConfig()],
+                                      description="example sources (suites with gold solutions, or JSONL files), pooled")
+    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5))
+    train: SFTTrainConfig = Field(default_factory=SFTTrainConfig)
+    eval: SFTEvalConfig = Field(default_factory=SFTEvalConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> "SFTConfig":
+        if not self.model.path:
+            raise ValueError("model.path: set it to a local Hugging Face model folder")
+        if not self.data:
+            raise ValueError("data: at least one source of examples is needed")
+        if self.eval.every and self.eval.task is None and self.data[0].task is None:
+            raise ValueError("eval.task: evaluation needs a task suite (the first data entry is a JSONL file)")
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_source_as_a_list(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and isinstance(raw.get("data"), dict) and not all(str(k).isdigit() for k in raw["data"]):
+            return {**raw, "data": [raw["data"]]}
+        return raw
+
+
+# ---------------------------------------------------------------------------------------------
+# Preference learning: the Bradley-Terry reward model (``rlvr train-rm``) and offline DPO (``rlvr dpo``)
+# ---------------------------------------------------------------------------------------------
+
+
+class PreferenceDataConfig(Section):
+    """Preference pairs ``(prompt, chosen, rejected)``: a JSONL or Parquet file, or a hub dataset
+    (read with ``datasets``). The prompt is a string or chat messages; chosen and rejected are
+    strings or assistant messages (see docs/reward-models.md)."""
+
+    path: str = Field("", description="JSONL / Parquet file of pairs (e.g. written by `rlvr preferences`), or a hub "
+                      "dataset name")
+    format: Literal["auto", "jsonl", "parquet", "hub"] = Field(
+        "auto", description="auto = by the file's suffix (.jsonl, .parquet), else a hub dataset")
+    columns: dict[str, str] = Field(default_factory=dict, description="field names in the data for prompt, chosen, "
+                                    "rejected when they differ, e.g. {prompt: question, chosen: good, rejected: bad}")
+    split: str = Field("train", description="hub dataset split")
+    limit: Optional[int] = Field(None, ge=1, description="use only the first N pairs")
+    eval_fraction: float = Field(0.1, ge=0, lt=1, description="fraction of the prompts held out for evaluation (all "
+                                 "pairs of a prompt go to the same side); ignored when eval_path is set")
+    eval_path: Optional[str] = Field(None, description="a separate file (or hub dataset) of held-out pairs")
+    eval_split: str = Field("test", description="hub split of eval_path")
+    max_length: Optional[int] = Field(None, ge=2, description="pairs longer than this (prompt + completion + EOS, "
+                                      "tokens) are left out and counted; null = the model's context length")
+
+    @model_validator(mode="after")
+    def _check(self) -> "PreferenceDataConfig":
+        unknown = sorted(set(self.columns) - {"prompt", "chosen", "rejected"})
+        if unknown:
+            raise FieldError("columns", f"unknown field(s) {', '.join(unknown)}; map prompt, chosen, rejected")
+        return self
+
+
+def _check_preference_run(config) -> None:
+    if not config.model.path:
+        raise ValueError("model.path: set it to a local Hugging Face model folder")
+    if not config.data.path:
+        raise ValueError("data.path: set it to a JSONL or Parquet file of {prompt, chosen, rejected} pairs (e.g. "
+                         "written by `rlvr preferences`) or a hub dataset name")
+
+
+class PreferenceTrainConfig(ProcessConfig):
+    epochs: float = Field(1.0, gt=0, description="passes over the training pairs (fractions allowed)")
+    batch_size: int = Field(32, ge=1, description="pairs per optimizer step")
+    micro_batch_size: int = Field(32, ge=1, description="pairs per forward/backward (memory bound)")
+
+
+class RewardLossConfig(Section):
+    margin: float = Field(0.0, description="the chosen must outscore the rejected by this much: -log sigmoid(r_w - r_l - m)")
+    center_coef: float = Field(0.0, ge=0, description="reward centering, + c * mean((r_w + r_l)^2); keeps scores near 0")
+
+
+class RewardModelEvalConfig(Section):
+    every: int = Field(0, ge=0, description="held-out pairwise accuracy every N steps (0 = only at start and end)")
+    batch_size: int = Field(64, ge=1, description="pairs scored together")
+
+
+class RewardModelConfig(Section):
+    """A Bradley-Terry reward model on preference pairs (``rlvr train-rm``)."""
+
+    out: Optional[str] = Field(None, description="run folder; null = a new runs/rm-<timestamp> (a folder that already "
+                               "holds a run is refused unless --resume or --overwrite)")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    head: Literal["score", "logprob"] = Field(
+        "score", description="score: a linear head on the last token's hidden state (a sequence-classification "
+        "model); logprob: r = sum log p(completion, EOS | prompt) of the causal LM itself (see docs/reward-models.md)")
+    data: PreferenceDataConfig = Field(default_factory=PreferenceDataConfig)
+    loss: RewardLossConfig = Field(default_factory=RewardLossConfig)
+    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-4))
+    train: PreferenceTrainConfig = Field(default_factory=PreferenceTrainConfig)
+    eval: RewardModelEvalConfig = Field(default_factory=RewardModelEvalConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> "RewardModelConfig":
+        _check_preference_run(self)
+        return self
+
+
+class DPOLossConfig(Section):
+    loss: str = Field("sigmoid", description="sigmoid (DPO; cDPO with label_smoothing), ipo, or a plugin's")
+    beta: float = Field(0.1, gt=0, description="strength of the pull to the reference (the implicit reward's scale)")
+    label_smoothing: float = Field(0.0, ge=0, lt=0.5, description="cDPO: probability that a preference label is wrong")
+    nll_coef: float = Field(0.0, ge=0, description="+ this times the NLL per token of the chosen completion (RPO); keeps "
+                            "the chosen log-probs from falling")
+
+    _known_loss = field_validator("loss")(lambda cls, v: registered("rlvr.algorithms.preference:DPO_LOSSES", v))
+
+
+class DPOEvalConfig(Section):
+    every: int = Field(0, ge=0, description="held-out implicit accuracy (and gold accuracy with a task) every N steps "
+                       "(0 = only at start and end)")
+    batch_size: int = Field(64, ge=1, description="pairs scored together")
+    task: Optional[str] = Field(None, description="task suite for greedy gold accuracy before/after (null = none)")
+    path: Optional[str] = Field(None, description="the suite's data path")
+    split: str = "test"
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword options of the suite")
+    limit: int = Field(200, ge=1, description="problems evaluated")
+    max_new_tokens: int = Field(16, ge=1)
+
+    @model_validator(mode="after")
+    def _known_task_and_options(self) -> "DPOEvalConfig":
+        if self.task is not None:
+            registered("rlvr.tasks:TASKS", self.task, "task")
+            plugin_options("rlvr.tasks.registry:check_task", self.task, self.options, "task")
+        return self
+
+
+class DPOConfig(Section):
+    """Offline direct preference optimisation on preference pairs (``rlvr dpo``)."""
+
+    out: Optional[str] = Field(None, description="run folder; null = a new runs/dpo-<timestamp> (a folder that already "
+                               "holds a run is refused unless --resume or --overwrite)")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: PreferenceDataConfig = Field(default_factory=PreferenceDataConfig)
+    dpo: DPOLossConfig = Field(default_factory=DPOLossConfig)
+    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5))
+    train: PreferenceTrainConfig = Field(default_factory=PreferenceTrainConfig)
+    eval: DPOEvalConfig = Field(default_factory=DPOEvalConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> "DPOConfig":
+        _check_preference_run(self)
+        return self

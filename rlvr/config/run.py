@@ -1,0 +1,323 @@
+"""The config of the RL recipes (``rlvr train``): ``RunConfig`` and the sections only it has.
+
+``algorithm.preset`` fills the algorithm defaults of a named recipe *under* whatever the file and overrides set:
+
+    preset        advantage      loss_agg                 clip (low/high)  beta  extras
+    grpo          grpo           seq_mean_token_mean      0.2 / 0.2        0.04  k3 KL in the loss
+    dr_grpo       dr_grpo        seq_mean_token_sum_norm  0.2 / 0.2        0     -
+    dapo          grpo           token_mean               0.2 / 0.28       0     dynamic sampling, soft overlong punishment
+    rloo          rloo           token_mean               0.2 / 0.2        0.05  k1 KL in the reward
+    reinforce_pp  reinforce_pp   token_mean               0.2 / 0.2        0.01  k1 KL in the reward
+
+and the actor-critic recipe (``rlvr/recipes/ppo.py``, a learned critic in ``critic:``):
+
+    ppo                 gae (lam 0.95)  token_mean          0.2 / 0.2        0.05  k1 KL in the reward, 4 epochs x 4 minibatches
+    reinforce_baseline  gae (lam 1.0)   token_mean          unclipped        0.05  k1 KL in the reward, one pass
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import Field, field_validator, model_validator
+
+from rlvr.config.loading import ConfigError
+from rlvr.config.sections import (CheckpointConfig, LogConfig, ModelConfig, OptimConfig, ProcessConfig, Section,
+                                  TaskConfig, VerifierConfig, plugin_options, registered)
+
+class EngineConfig(Section):
+    name: str = Field("hf", description="generation engine, from the engine registry (built-in: hf, vllm; plugins "
+                      "add more)")
+    max_batch_size: int = Field(256, ge=1, description="sequences generated together")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="engine-specific keyword options, e.g. for vllm: lora_sync (merge|adapter), "
+        "gpu_memory_utilization, tensor_parallel_size, enable_prefix_caching, max_model_len, sleep_mode, "
+        "enforce_eager, kv_cache_gib (see docs/engines.md)")
+    canary: bool = Field(True, description="after every weight push, check that the engine's log-probs on a fixed "
+                         "sequence equal the trainer's; stop the run when they do not")
+    canary_tolerance: Optional[float] = Field(
+        None, gt=0, description="max |engine - trainer| canary log-prob (nats); default by dtype: float32 1e-3, "
+        "float16 0.1, bfloat16 0.5")
+
+    _known_engine = field_validator("name")(lambda cls, v: registered("rlvr.engines:ENGINES", v))
+
+
+class GenerationConfig(Section):
+    max_new_tokens: int = Field(256, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="0 = off")
+    overlong_prompts: Literal["skip", "error"] = Field(
+        "skip", description="prompts that leave no room for max_new_tokens in the model's context: left out (counted "
+        "and reported at start), or refuse to run")
+
+
+class AlgorithmConfig(Section):
+    preset: Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo", "reinforce_baseline"] = "grpo"
+    advantage: str = Field("grpo", description="advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, or a plugin's "
+                           "(critic-free presets); gae (the critic presets ppo and reinforce_baseline)")
+    policy_loss: str = Field("ppo_clip", description="per-token policy loss: ppo_clip (clipped surrogate), vanilla "
+                             "(unclipped policy gradient), or a plugin's")
+    loss_agg: str = Field("seq_mean_token_mean", description="loss aggregation: token_mean, seq_mean_token_mean, "
+                          "seq_mean_token_sum_norm, or a plugin's")
+    clip_low: float = Field(0.2, ge=0, lt=1)
+    clip_high: float = Field(0.2, ge=0)
+    dual_clip: Optional[float] = Field(None, gt=1, description="bound on the loss of negative advantages (e.g. 3)")
+    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 = no reference model and no reference pass")
+    kl_estimator: str = Field("k3", description="KL estimator: k1, k2, k3, or a plugin's")
+    kl_placement: Literal["loss", "reward"] = Field("loss", description="KL as a loss term, or subtracted from the reward")
+    entropy_coef: float = Field(0.0, ge=0, description="entropy bonus coefficient")
+    ppo_epochs: int = Field(1, ge=1, description="passes over each batch")
+    minibatches: int = Field(1, ge=1, description="optimizer steps per pass")
+    old_logprobs: Literal["auto", "engine", "recompute"] = Field(
+        "auto",
+        description="source of pi_old when a batch is used more than once: the engine's sampling log-probs, "
+        "or a recomputing pass; auto = engine for the hf engine in float32, else recompute",
+    )
+    tis_cap: Optional[float] = Field(
+        None, gt=0, description="truncated importance sampling: weight each token's loss by min(pi_old/pi_engine, cap), "
+        "pi_engine being the engine's sampling probability (corrects trainer-inference mismatch); off when unset")
+    dynamic_sampling: bool = Field(False, description="drop groups whose accuracy has zero variance and refill (DAPO)")
+    max_resample_rounds: int = Field(4, ge=0, description="extra generation rounds to refill a dynamic-sampling batch")
+    guidance: Literal["none", "solution"] = Field(
+        "none", description="solution: a group with no correct sample trains on its problem's gold solution in place of "
+        "its last sample (off-policy guidance, critic-free presets; see rlvr/rollout/guidance.py)")
+    guidance_samples: int = Field(1, ge=1, description="guidance: how many of a guided group's samples the solution "
+                                  "replaces (its last ones; at most group_size - 1)")
+    overlong: Literal["none", "filter", "soft"] = Field("none", description="truncated samples: keep, mask out, or soft punishment")
+    overlong_buffer: int = Field(4, ge=1, description="soft punishment ramps over the last N tokens before max_new_tokens")
+    overlong_penalty: float = Field(1.0, ge=0, description="reward subtracted at max_new_tokens (soft punishment)")
+    # ---- the critic presets (ppo, reinforce_baseline) only ----
+    gamma: float = Field(1.0, ge=0, le=1, description="[critic presets] GAE discount per token")
+    lam: float = Field(0.95, ge=0, le=1, description="[critic presets] GAE lambda: 1 = Monte Carlo return minus V, "
+                       "0 = one-step TD error")
+    whiten_advantages: bool = Field(True, description="[critic presets] z-score the advantages over the batch's real tokens")
+    truncation: Literal["none", "zero", "bootstrap"] = Field(
+        "none", description="[critic presets] a response cut by max_new_tokens: keeps its score (none), earns no "
+        "score (zero), or earns no score and bootstraps from the critic's value after its last token (bootstrap)")
+    value_clip: Optional[float] = Field(0.2, gt=0, description="[critic presets] clip range of the value loss around "
+                                        "the rollout-time values (null = unclipped squared error)")
+    value_coef: float = Field(0.5, gt=0, description="[critic presets] weight of the value loss (it has its own optimizer: "
+                              "the weight matters relative to optim.grad_clip)")
+    target_kl: Optional[float] = Field(None, gt=0, description="[critic presets] adaptive KL controller: beta moves to "
+                                       "keep the per-sequence KL to the reference near this (null = fixed beta)")
+    kl_horizon: int = Field(10000, ge=1, description="[critic presets] the adaptive controller's horizon, in sequences")
+    early_stop_kl: Optional[float] = Field(None, gt=0, description="[critic presets] stop a step's remaining epochs when "
+                                           "the approx KL to the rollout policy exceeds this (null = never)")
+
+    _known_advantage = field_validator("advantage")(
+        lambda cls, v: v if v == "gae" else registered("rlvr.algorithms.advantages:ADVANTAGE_ESTIMATORS", v))
+    _known_policy_loss = field_validator("policy_loss")(lambda cls, v: registered("rlvr.algorithms.losses:POLICY_LOSSES", v))
+    _known_loss_agg = field_validator("loss_agg")(lambda cls, v: registered("rlvr.algorithms.losses:LOSS_AGGREGATIONS", v))
+    _known_kl = field_validator("kl_estimator")(lambda cls, v: registered("rlvr.algorithms.losses:KL_ESTIMATORS", v))
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "grpo": dict(advantage="grpo", loss_agg="seq_mean_token_mean", clip_low=0.2, clip_high=0.2, beta=0.04,
+                 kl_estimator="k3", kl_placement="loss"),
+    "dr_grpo": dict(advantage="dr_grpo", loss_agg="seq_mean_token_sum_norm", clip_low=0.2, clip_high=0.2, beta=0.0),
+    "dapo": dict(advantage="grpo", loss_agg="token_mean", clip_low=0.2, clip_high=0.28, beta=0.0,
+                 dynamic_sampling=True, overlong="soft"),
+    "rloo": dict(advantage="rloo", loss_agg="token_mean", clip_low=0.2, clip_high=0.2, beta=0.05,
+                 kl_estimator="k1", kl_placement="reward"),
+    "reinforce_pp": dict(advantage="reinforce_pp", loss_agg="token_mean", clip_low=0.2, clip_high=0.2, beta=0.01,
+                         kl_estimator="k1", kl_placement="reward"),
+    "ppo": dict(advantage="gae", loss_agg="token_mean", clip_low=0.2, clip_high=0.2, beta=0.05, kl_estimator="k1",
+                kl_placement="reward", ppo_epochs=4, minibatches=4, lam=0.95),
+    "reinforce_baseline": dict(advantage="gae", policy_loss="vanilla", loss_agg="token_mean", beta=0.05,
+                               kl_estimator="k1", kl_placement="reward", ppo_epochs=1, minibatches=1, lam=1.0,
+                               value_clip=None),
+}
+#: Presets whose advantages come from a learned critic (the ``rlvr/recipes/ppo.py`` recipe).
+CRITIC_PRESETS = ("ppo", "reinforce_baseline")
+#: Algorithm keys that only a critic preset reads.
+CRITIC_ALGORITHM_KEYS = ("gamma", "lam", "whiten_advantages", "truncation", "value_clip", "value_coef", "target_kl",
+                         "kl_horizon", "early_stop_kl")
+
+
+class TrainConfig(ProcessConfig):
+    steps: int = Field(100, ge=1)
+    prompts_per_step: int = Field(32, ge=1)
+    group_size: int = Field(8, ge=1, description="completions per prompt (G)")
+    micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward (memory bound)")
+
+
+class EvalConfig(Section):
+    every: int = Field(0, ge=0, description="evaluate every N steps (0 = only at start/end)")
+    at_start: bool = True
+    at_end: bool = True
+    tasks: list[TaskConfig] = Field(default_factory=list, description="held-out suites; an entry without a split "
+                                    "reads its suite's held-out split (test); empty = the first training suite's")
+    limit: int = Field(200, ge=1, description="problems per suite")
+    samples: int = Field(1, ge=1, description="samples per problem (1 + greedy = greedy accuracy)")
+    greedy: bool = True
+    max_new_tokens: Optional[int] = Field(None, ge=1, description="default: generation.max_new_tokens")
+
+    @field_validator("tasks")
+    @classmethod
+    def _held_out_by_default(cls, tasks: list[TaskConfig]) -> list[TaskConfig]:
+        """An entry without a split evaluates its suite's held-out split, not a training entry's ``train``; it
+        is written out, so a resumed run's saved config evaluates the same split."""
+        from rlvr.tasks.registry import held_out_split
+
+        return [t if "split" in t.model_fields_set else t.model_copy(update={"split": held_out_split(t.task)})
+                for t in tasks]
+
+
+class CriticConfig(Section):
+    """The learned value function of the critic presets (``algorithm.preset: ppo | reinforce_baseline``)."""
+
+    path: Optional[str] = Field(None, description="folder the critic's body starts from: null = the policy's model.path; "
+                                "a reward model folder (sequence classification: its score layer starts the value head). "
+                                "With LoRA the critic is a value adapter on the policy's own base, so leave it null")
+    lr: Optional[float] = Field(None, gt=0, description="the critic's learning rate (null = optim.lr); constant after "
+                                "optim.warmup_steps")
+
+
+class PartnerVerifierConfig(Section):
+    name: str = Field(description="a rule-based verifier (e.g. format, length, compose)")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_verifier_and_options(self) -> "PartnerVerifierConfig":
+        registered("rlvr.verifiers:VERIFIERS", self.name, "name")
+        plugin_options("rlvr.verifiers.registry:check_verifier", self.name, self.options, "name")
+        return self
+
+
+class RewardModelRunConfig(Section):
+    """A learned reward model as the training reward (``rlvr/rollout/reward_scoring.py``, docs/reward-models.md).
+    The ``verifier`` section then only watches: its score is logged as ``gold/`` and never optimised."""
+
+    path: Optional[str] = Field(None, description="a `rlvr train-rm` run's final/ folder, or any one-label "
+                                "sequence-classification reward model folder")
+    paths: list[str] = Field(default_factory=list, description="several reward models: an ensemble (instead of path)")
+    ensemble: str = Field("min", description="how an ensemble's scores become one: min, mean, mean_minus_std, or a "
+                          "plugin's")
+    ensemble_k: float = Field(1.0, ge=0, description="k of mean_minus_std (mean - k * std over the models)")
+    batch_size: int = Field(64, ge=1, description="sequences scored together")
+    device: Optional[str] = Field(None, description="cpu, cuda, cuda:N; null = the trainer's device")
+    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = Field(None, description="null = model.dtype")
+    normalize: Literal["none", "running", "fixed"] = Field(
+        "none", description="each model's score before the ensemble: as is, (r - running mean) / running std over "
+        "every score so far (kept in checkpoints), or (r - offset) / scale")
+    offset: float = Field(0.0, description="[normalize: fixed] subtracted from each score")
+    scale: float = Field(1.0, gt=0, description="[normalize: fixed] the score is divided by this")
+    clip: Optional[float] = Field(None, gt=0, description="the proxy reward is clipped to [-clip, clip] after "
+                                  "normalisation and the ensemble; null = no clipping")
+    combine: Literal["replace", "add", "gate"] = Field(
+        "replace", description="the training reward: the proxy alone (replace), proxy + the score of "
+        "reward_model.verifier (add, e.g. a length penalty), or the proxy where reward_model.verifier passes and "
+        "gate_fail_score where it fails (gate, e.g. a format check)")
+    verifier: Optional[PartnerVerifierConfig] = Field(None, description="[combine: add, gate] the rule-based "
+                                                      "verifier combined with the proxy")
+    gate_min_score: float = Field(1.0, description="[combine: gate] the verifier passes at score >= this")
+    gate_fail_score: float = Field(-1.0, description="[combine: gate] the reward where the verifier fails (in the "
+                                   "proxy's units, after normalisation)")
+
+    _known_ensemble = field_validator("ensemble")(
+        lambda cls, v: registered("rlvr.algorithms.preference:REWARD_ENSEMBLES", v))
+
+    @model_validator(mode="after")
+    def _check(self) -> "RewardModelRunConfig":
+        if bool(self.path) == bool(self.paths):
+            raise ValueError("reward_model.path: set exactly one of path (one reward model) and paths (an ensemble)")
+        if self.combine == "replace" and self.verifier is not None:
+            raise ValueError("reward_model.verifier: combine is 'replace', so it would not be used; set "
+                             "reward_model.combine: add or gate, or remove it")
+        if self.combine != "replace" and self.verifier is None:
+            raise ValueError(f"reward_model.verifier: combine {self.combine!r} needs a rule-based verifier to "
+                             "combine with, e.g. {name: format}")
+        if self.normalize != "fixed" and (self.offset != 0.0 or self.scale != 1.0):
+            raise ValueError("reward_model.offset: offset and scale apply with normalize: fixed; set it, or remove them")
+        return self
+
+    @property
+    def members(self) -> list[str]:
+        return list(self.paths) if self.paths else [self.path]
+
+
+class RunConfig(Section):
+    """The RL recipes of ``rlvr train``: critic-free (grpo.py) or actor-critic (ppo.py), by preset."""
+
+    out: Optional[str] = Field(None, description="run folder; null = a new runs/<preset>-<timestamp>. A folder that "
+                               "already holds a run is refused unless resumed (--resume) or replaced (--overwrite)")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: list[TaskConfig] = Field(default_factory=lambda: [TaskConfig()], description="training suites (weights mix them)")
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    critic: CriticConfig = Field(default_factory=CriticConfig, description="the value model (critic presets only)")
+    reward_model: Optional[RewardModelRunConfig] = Field(
+        None, description="a learned reward model as the training reward (null = the verifier's score)")
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> "RunConfig":
+        a, t = self.algorithm, self.train
+        if not self.data:
+            raise ValueError("data: at least one training suite is needed")
+        if a.advantage in ("grpo", "dr_grpo", "rloo") and t.group_size < 2:
+            raise ValueError(f"train.group_size: advantage {a.advantage!r} compares samples within a group, so it needs group_size >= 2")
+        if a.dynamic_sampling and t.group_size < 2:
+            raise ValueError("algorithm.dynamic_sampling needs train.group_size >= 2")
+        if a.minibatches > t.prompts_per_step:
+            raise ValueError(f"algorithm.minibatches ({a.minibatches}) cannot exceed train.prompts_per_step ({t.prompts_per_step})")
+        if a.overlong == "soft" and a.overlong_buffer >= self.generation.max_new_tokens:
+            raise ValueError("algorithm.overlong_buffer must be smaller than generation.max_new_tokens")
+        if not self.model.path:
+            raise ValueError("model.path: set it to a local Hugging Face model folder")
+        if a.guidance != "none" and (a.preset in CRITIC_PRESETS or self.reward_model is not None):
+            raise ValueError("algorithm.guidance: a gold solution is judged by the verifier and enters a group's "
+                             "baseline, so it needs a critic-free preset and the verifier's reward "
+                             f"(algorithm.preset is {a.preset!r}, reward_model is "
+                             f"{'set' if self.reward_model is not None else 'null'}); remove the key")
+        self._check_critic_options()
+        return self
+
+    @classmethod
+    def fill_defaults(cls, raw: dict) -> dict:
+        """The preset's algorithm defaults under what the file and the overrides set."""
+        algorithm = raw.get("algorithm")
+        if algorithm is None:
+            algorithm = {}
+        if not isinstance(algorithm, dict):
+            raise ConfigError("algorithm: must be a mapping")
+        name = algorithm.get("preset", "grpo")
+        if name not in PRESETS:
+            raise ConfigError(f"algorithm.preset: unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
+        return {**raw, "algorithm": {**PRESETS[name], **algorithm}}
+
+    def _check_critic_options(self) -> None:
+        """Critic options only with a critic preset, group-baseline options only without one."""
+        a = self.algorithm
+        if a.preset in CRITIC_PRESETS:
+            if a.advantage != "gae":
+                raise ValueError(f"algorithm.advantage: the {a.preset} preset's advantages come from its critic (gae), "
+                                 f"not {a.advantage!r}; remove the key, or pick a critic-free preset")
+            if a.dynamic_sampling:
+                raise ValueError(f"algorithm.dynamic_sampling: the {a.preset} preset has no groups to filter (its "
+                                 "baseline is the critic); remove the key")
+            if a.target_kl is not None and (a.beta == 0 or a.kl_placement != "reward"):
+                raise ValueError("algorithm.target_kl: the adaptive controller scales the KL penalty in the reward, "
+                                 "starting from algorithm.beta; set algorithm.kl_placement: reward and algorithm.beta > 0")
+            if self.model.lora is not None and self.critic.path is not None:
+                raise ValueError("critic.path: with model.lora the critic is a value adapter on the policy's own base "
+                                 "weights, so it starts from the policy; set critic.path: null (or train all weights)")
+            return
+        if a.advantage == "gae":
+            raise ValueError(f"algorithm.advantage: gae needs a critic; valid presets for it: {', '.join(CRITIC_PRESETS)}")
+        defaults = AlgorithmConfig()
+        for key in CRITIC_ALGORITHM_KEYS:
+            if getattr(a, key) != getattr(defaults, key):
+                raise ValueError(f"algorithm.{key}: only the critic presets ({', '.join(CRITIC_PRESETS)}) use it, and "
+                                 f"algorithm.preset is {a.preset!r}; remove the key, or set algorithm.preset: ppo")
+        for key, value in self.critic:
+            if value != getattr(CriticConfig(), key):
+                raise ValueError(f"critic.{key}: only the critic presets ({', '.join(CRITIC_PRESETS)}) have a critic, "
+                                 f"and algorithm.preset is {a.preset!r}; remove the key, or set algorithm.preset: ppo")

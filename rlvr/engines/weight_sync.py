@@ -1,0 +1,147 @@
+"""Keeping the engine on the current policy: push the weights after every optimizer step, then prove
+they arrived.
+
+The proof is a canary. A fixed prompt (long enough to fill prefix-cache blocks) is continued greedily
+by the engine, and the log-probabilities the engine reports for its tokens are compared with the
+trainer's own for the same tokens. Two failures stop the run with :class:`StaleEngineError`:
+
+* **wrong weights**: the two differ by more than a dtype-aware tolerance (fp32 engines agree with
+  the trainer to ~1e-6; a missed tied ``lm_head``, a stale prefix cache or a half-applied update
+  gives differences of 0.1 to several nats);
+* **stale weights**: the trainer's log-probabilities moved since the last check and the engine's
+  moved by less than a hundredth of that: the update never reached it (this catches steps whose
+  effect is below the tolerance, e.g. in bfloat16; an engine that did take the update moves with
+  the trainer, up to its numerical noise).
+
+An engine that generates with the trainer's own module (``weight_sync == "shared"``, the HF engine)
+cannot be stale: it gets no push and no canary (``check()`` still works on it, e.g. in tests).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from rlvr.engines.base import SamplingParams, call_optional
+from rlvr.modeling.logprobs import completion_logprobs
+from rlvr.modeling.loading import iter_inference_weights
+
+#: Engine-vs-trainer tolerance on the canary's log-probabilities (max absolute difference, nats).
+CANARY_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.5, "float16": 0.1}
+CANARY_TEXT = (
+    "The canary checks that the engine serves the weights the trainer has just written: "
+    "if the sampler's log-probabilities differ from the trainer's, the run stops. "
+)
+#: The trainer's canary log-probabilities must move by more than this before an engine that did not
+#: follow is called stale (below it, a step may be lost in the engine's numerical noise).
+STALE_MOVE = 1e-4
+#: ... and the engine must have moved by less than this fraction of the trainer's move.
+STALE_RATIO = 0.01
+
+
+class StaleEngineError(RuntimeError):
+    """The engine does not serve the policy the trainer holds (the canary failed)."""
+
+
+class EngineSync:
+    """Pushes the policy's weights into the engine and runs the canary; see the module docstring.
+
+    Args:
+        engine: the generation engine.
+        policy: the trainer's policy module.
+        tokenizer: encodes the canary prompt.
+        dtype: the policy's dtype name, for the default tolerance.
+        tolerance: max allowed |engine - trainer| log-prob on the canary; None = by dtype.
+        canary: run the canary after each push.
+        prompt_tokens: canary prompt length (capped by ``max_len - new_tokens``).
+        new_tokens: canary tokens the engine generates and both sides score.
+        max_len: the model's context length, when known.
+    """
+
+    def __init__(self, engine, policy, tokenizer, *, dtype: str = "float32", tolerance: float | None = None,
+                 canary: bool = True, prompt_tokens: int = 160, new_tokens: int = 8, max_len: int | None = None):
+        self.engine, self.policy = engine, policy
+        self.canary = canary
+        self.tolerance = CANARY_TOLERANCE.get(dtype, 0.5) if tolerance is None else tolerance
+        self.dtype = dtype
+        if max_len is not None:
+            prompt_tokens = max(1, min(prompt_tokens, max_len - new_tokens))
+        self.prompt = canary_prompt(tokenizer, prompt_tokens)
+        self.new_tokens = new_tokens
+        self._last: tuple[list[int], torch.Tensor, torch.Tensor] | None = None
+
+    def push(self) -> dict[str, float]:
+        """Send the current weights, then check; returns ``sync/seconds`` and, with the canary on,
+        ``sync/canary_max_abs_diff``. An engine that shares the trainer's module gets neither."""
+        if self.engine.weight_sync == "shared":
+            return {}
+        start = time.perf_counter()
+        lora = "adapter" if self.engine.weight_sync == "adapter" else "merge"
+        self.engine.update_weights(iter_inference_weights(self.policy, lora=lora))
+        metrics = {"sync/seconds": time.perf_counter() - start}
+        if self.canary:
+            metrics["sync/canary_max_abs_diff"] = self.check()
+        return metrics
+
+    def check(self) -> float:
+        """Run the canary; the max |engine - trainer| log-prob, or :class:`StaleEngineError`."""
+        sampling = SamplingParams(max_new_tokens=self.new_tokens, greedy=True)
+        completion = self.engine.generate([self.prompt], 1, sampling)[0][0]
+        tokens = list(completion.token_ids)
+        engine_logp = torch.tensor(completion.logprobs, dtype=torch.float64)
+        trainer_logp = self._trainer_logprobs(tokens)
+        diff = float((engine_logp - trainer_logp).abs().max())
+        if not diff <= self.tolerance:  # also catches NaN
+            raise StaleEngineError(
+                f"the engine is serving stale or wrong weights: on the sync canary its log-probabilities differ "
+                f"from the trainer's by up to {diff:.3g} nats (tolerance {self.tolerance:g} for {self.dtype}). "
+                "Training on its samples would optimise a policy other than the one being trained; stopping. "
+                "Raise engine.canary_tolerance only if the engine's numerics are known to differ this much.")
+        if self._last is not None and self._last[0] == tokens:
+            trainer_moved = float((trainer_logp - self._last[2]).abs().max())
+            engine_moved = float((engine_logp - self._last[1]).abs().max())
+            if trainer_moved > STALE_MOVE and engine_moved < STALE_RATIO * trainer_moved:
+                raise StaleEngineError(
+                    f"the engine is serving stale weights: since the last sync the trainer's canary log-probabilities "
+                    f"moved by up to {trainer_moved:.3g} nats and the engine's by {engine_moved:.3g}, so the weight "
+                    "update did not reach it. Stopping.")
+        self._last = (tokens, engine_logp, trainer_logp)
+        return diff
+
+    @torch.no_grad()
+    def _trainer_logprobs(self, tokens: list[int]) -> torch.Tensor:
+        device = next(self.policy.parameters()).device
+        ids = torch.tensor([self.prompt + tokens], device=device)
+        was_training = self.policy.training
+        self.policy.eval()  # no dropout: the engine runs without it
+        try:
+            logp, _ = completion_logprobs(self.policy, ids, torch.ones_like(ids), len(tokens), temperature=1.0)
+        finally:
+            self.policy.train(was_training)
+        return logp[0].double().cpu()
+
+
+def canary_prompt(tokenizer, length: int) -> list[int]:
+    """``length`` token ids of :data:`CANARY_TEXT` repeated (the same ids for every check)."""
+    ids = tokenizer(CANARY_TEXT, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise ValueError("the tokenizer encodes the canary text to no tokens")
+    return (ids * (length // len(ids) + 1))[:length]
+
+
+def start_engine(engine_config, policy, tokenizer, *, dtype: str, context: int | None):
+    """``(engine, sync)``: the engine of ``engine_config`` (an ``EngineConfig``), given the policy's
+    weights and checked by the canary once."""
+    from rlvr.engines import build_engine
+
+    engine = build_engine(engine_config.name, policy, tokenizer, max_batch_size=engine_config.max_batch_size,
+                          **engine_config.options)
+    sync = EngineSync(engine, policy, tokenizer, dtype=dtype, tolerance=engine_config.canary_tolerance,
+                      canary=engine_config.canary, max_len=context)
+    try:
+        sync.push()  # a resumed or LoRA policy differs from the folder the engine loaded
+    except BaseException:
+        call_optional(engine, "close")
+        raise
+    return engine, sync

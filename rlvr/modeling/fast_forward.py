@@ -1,0 +1,386 @@
+"""rlvr's own forward pass for Llama-family causal LMs, built for rows that share a prompt.
+
+It computes the function of the model's own (transformers) forward, on the module's own parameters
+(gradients land on them) and with its own rotary embedding, without the per-row copies of a prompt
+and the per-call machinery that cost a small model much of its step:
+
+* **shared-prompt attention**: the G rows of a group attend to their prompt's keys and values, held
+  once per prompt, never copied per row; a row's scores over its prompt and over its own tokens go
+  through one softmax (the same function as attention over the concatenated keys), and the
+  gradient of a prompt's keys sums over its rows inside the matmul;
+* a training pass runs the prompts and their rows through each layer together
+  (:func:`forward_prompts_and_rows`): one matmul per projection, attention per section;
+* a preallocated key/value buffer for the rows' own tokens while decoding;
+* masks as additive biases built once per call (``finfo.min``, never ``-inf``: a padded query row
+  then attends uniformly instead of producing NaN);
+* a finished row's padding is not computed, in training and while decoding (``needed``).
+
+Fusing the q/k/v and gate/up projections into one matmul each was measured slower in the backward
+on the CPU, and gained 2% of decoding only, so it is not done (``benchmarks/README.md``).
+
+Supported: plain ``llama``, ``mistral`` and ``qwen2`` modules (not peft-wrapped, every projection a
+``torch.nn.Linear``, SiLU MLP, no sliding window, no attention dropout while training, no gradient
+checkpointing). :func:`supports` says whether a model qualifies; ``model.forward: hf`` in a run's
+config turns this path off (:func:`use_model_forward`). Logits agree with the model's own forward to
+float rounding (``tests/test_fast_forward.py``).
+
+Row layout: rows ``[B = D * G]`` are grouped by prompt, ``G`` consecutive rows per prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
+_OFF = "_rlvr_model_forward_only"  # the attribute use_model_forward sets on a module
+
+
+def training_with_checkpointing(model) -> bool:
+    """A model training with activation checkpointing: its forward keeps no KV cache."""
+    if not model.training:
+        return False
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # the new name, then the old one
+        value = getattr(model, name, None)
+        if value is not None:
+            return bool(value)
+    return False
+
+
+def use_model_forward(model) -> None:
+    """Make every pass over ``model`` use its own (transformers) forward (``model.forward: hf``)."""
+    setattr(model, _OFF, True)
+
+
+def supports(model) -> bool:
+    """Whether :func:`encode_prompts` / :func:`forward_rows` can run ``model`` exactly."""
+    if getattr(model, _OFF, False):
+        return False
+    from transformers import PreTrainedModel  # a peft wrapper is not one: its layers compute something else
+
+    config = getattr(model, "config", None)
+    inner = getattr(model, "model", None)
+    if not isinstance(model, PreTrainedModel) or getattr(config, "model_type", None) not in SUPPORTED_TYPES:
+        return False
+    if not all(hasattr(inner, name) for name in ("embed_tokens", "layers", "norm", "rotary_emb")):
+        return False
+    if getattr(config, "hidden_act", None) != "silu" or getattr(config, "pretraining_tp", 1) != 1:
+        return False
+    if getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True):
+        return False
+    if (model.training and getattr(config, "attention_dropout", 0.0)) or training_with_checkpointing(model):
+        return False
+    if not hasattr(model, "lm_head") or type(model.lm_head) is not torch.nn.Linear:
+        return False
+    for layer in inner.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+            if type(proj) is not torch.nn.Linear:  # a LoRA or quantised layer computes something else
+                return False
+        if hasattr(attn, "q_norm") or hasattr(attn, "k_norm"):
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Caches
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PromptCache:
+    """The prompts' keys and values, once per prompt, contiguous: each layer's keys transposed
+    ``[D, kv_heads, d, W]`` and values ``[D, kv_heads, W, d]``, as the attention matmuls read them
+    (a decoding step would otherwise copy them for every token)."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    key_bias: torch.Tensor  # [D, 1, 1, 1, W]: 0 on real tokens, finfo.min on left padding
+    lengths: torch.Tensor  # [D] real tokens per prompt: the position of its rows' first own token
+    group: int  # G rows per prompt
+
+
+@dataclass
+class RowCache:
+    """The rows' own keys and values while decoding: each layer's ``[D, kv_heads, G, capacity, d]``."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    length: int = 0  # tokens written
+
+    @classmethod
+    def empty(cls, prompts: PromptCache, capacity: int) -> "RowCache":
+        """Buffers for up to ``capacity`` own tokens of each of the prompts' rows."""
+        shape = prompts.values[0].shape
+        buffer = (shape[0], shape[1], prompts.group, capacity, shape[3])
+        like = prompts.values[0]
+        n = len(prompts.values)
+        return cls([like.new_empty(buffer) for _ in range(n)], [like.new_empty(buffer) for _ in range(n)])
+
+
+# ---------------------------------------------------------------------------------------------
+# The passes
+# ---------------------------------------------------------------------------------------------
+
+
+def encode_prompts(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, group: int) -> tuple[torch.Tensor, PromptCache]:
+    """Run ``D`` left-padded prompts ``[D, W]``; returns the logits of each prompt's last position
+    ``[D, V]`` (they predict its rows' first token) and the prompts' :class:`PromptCache`."""
+    section, cache, positions = _prompt_section(_dtype(model), input_ids, attention_mask, group)
+    hidden = _run(model, [section], [input_ids], [positions])
+    num, width = input_ids.shape
+    last = _final_logits(model, hidden.view(num, width, -1)[:, -1])  # left padding: every prompt ends at column W - 1
+    return last, cache
+
+
+def forward_rows(model, input_ids: torch.Tensor, prompts: PromptCache, rows: RowCache | None = None,
+                 needed: torch.Tensor | None = None) -> torch.Tensor:
+    """Logits ``[B, L, V]`` of the rows' next ``L`` own tokens ``[B, L]`` on top of their prompts.
+
+    Without ``rows`` the L tokens are all of a row's own tokens so far (a training pass: causal among
+    themselves); with ``rows`` they follow the ``rows.length`` tokens already in its buffer, and are
+    written there (decoding). ``needed`` ``[B, L]`` marks the tokens whose logits are wanted, a prefix
+    of each row: the others (a finished row's padding) are not computed at all (padding-free
+    projections and MLP) and get logits 0. While decoding, a token not needed writes zeros to its
+    row's buffer: for a row that has finished, whose later logits are not wanted either."""
+    section, positions = _rows_section(_dtype(model), input_ids, prompts, rows, needed)
+    hidden = _run(model, [section], [input_ids], [positions])
+    if rows is not None:
+        rows.length += input_ids.shape[1]
+    return section.tokens.unpack(_final_logits(model, hidden))
+
+
+def forward_prompts_and_rows(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, input_ids: torch.Tensor,
+                             needed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`encode_prompts`, then :func:`forward_rows` without a row buffer (a training pass), as
+    one pass: ``(last [D, V], logits [B, L, V])`` for ``D`` prompts and ``B = D * G`` rows. The
+    prompts' tokens and the rows' go through each layer's norms, projections and MLP together (one
+    operator where two passes run two); attention runs per section, the rows' on the keys that the
+    prompts' section has just computed in the same layer."""
+    num, width = prompt_ids.shape
+    if len(input_ids) % num:
+        raise ValueError(f"forward_prompts_and_rows: {len(input_ids)} rows for {num} prompts")
+    dtype = _dtype(model)
+    prompt_section, cache, prompt_positions = _prompt_section(dtype, prompt_ids, prompt_mask, len(input_ids) // num)
+    rows_section, row_positions = _rows_section(dtype, input_ids, cache, None, needed)
+    hidden = _run(model, [prompt_section, rows_section], [prompt_ids, input_ids], [prompt_positions, row_positions])
+    prompt_hidden, row_hidden = hidden.split([num * width, rows_section.tokens.size])
+    logits = _final_logits(model, torch.cat([prompt_hidden.view(num, width, -1)[:, -1], row_hidden]))
+    last, row_logits = logits.split([num, rows_section.tokens.size])
+    return last, rows_section.tokens.unpack(row_logits)
+
+
+@dataclass
+class _Section:
+    """Tokens of a pass that attend as one: prompts (``groups`` (D, 1), their keys and values kept in
+    ``keep``), or rows (``groups`` (D, G)) on top of their ``prompt``'s keys, decoding into ``rows``."""
+
+    groups: tuple[int, int]
+    tokens: "_Tokens"
+    own_bias: torch.Tensor | None  # additive mask among the section's own keys
+    prompt: PromptCache | None = None
+    rows: RowCache | None = None
+    keep: PromptCache | None = None
+
+
+def _dtype(model) -> torch.dtype:
+    """The dtype of the model's hidden states (its embedding's), which the attention biases take."""
+    return model.model.embed_tokens.weight.dtype
+
+
+def _prompt_section(dtype: torch.dtype, input_ids: torch.Tensor, attention_mask: torch.Tensor, group: int):
+    """``(section, cache, positions)`` of ``D`` left-padded prompts ``[D, W]``; the pass fills the cache."""
+    num, width = input_ids.shape
+    real = attention_mask.bool()
+    causal = torch.ones(width, width, dtype=torch.bool, device=input_ids.device).tril()
+    allowed = causal[None] & real[:, None, :]  # [D, W queries, W keys]
+    cache = PromptCache([], [], _bias(real, dtype).view(num, 1, 1, 1, width), attention_mask.sum(dim=1), group)
+    section = _Section((num, 1), _Tokens(num, width), _bias(allowed, dtype).view(num, 1, 1, 1, width, width), keep=cache)
+    return section, cache, (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+
+
+def _rows_section(dtype: torch.dtype, input_ids: torch.Tensor, prompts: PromptCache, rows: RowCache | None,
+                  needed: torch.Tensor | None):
+    """``(section, positions)`` of rows ``[B, L]`` on top of their prompts."""
+    num, group = len(prompts.lengths), prompts.group
+    count, length = input_ids.shape
+    if count != num * group:
+        raise ValueError(f"forward_rows: {count} rows for {num} prompts x {group} rows each")
+    start = rows.length if rows is not None else 0
+    steps = torch.arange(start, start + length, device=input_ids.device)
+    positions = prompts.lengths.repeat_interleave(group)[:, None] + steps  # [B, L]
+    own_bias = None
+    if length > 1:  # causal among the new tokens; every earlier own token is visible
+        allowed = torch.ones(length, start + length, dtype=torch.bool, device=input_ids.device).tril(diagonal=start)
+        own_bias = _bias(allowed, dtype)
+    return _Section((num, group), _Tokens(count, length, needed), own_bias, prompt=prompts, rows=rows), positions
+
+
+def _run(model, sections: list[_Section], ids: list[torch.Tensor], positions: list[torch.Tensor]) -> torch.Tensor:
+    """The decoder over the sections' tokens ``ids`` at ``positions`` (``[B, L]`` grids), held flat one
+    section after another; returns the final hidden states ``[N, hidden]``."""
+    shapes = _Shapes(model)
+
+    def flat(grids: list[torch.Tensor]) -> torch.Tensor:
+        packed = [section.tokens.pack(grid) for section, grid in zip(sections, grids)]
+        return packed[0] if len(packed) == 1 else torch.cat(packed)
+
+    hidden = model.model.embed_tokens(flat(ids))
+    cos, sin = _rotary(model, hidden, flat(positions))
+    for index in range(len(shapes.layers)):
+        hidden = _layer(shapes, index, hidden, cos, sin, sections)
+    return hidden
+
+
+class _Tokens:
+    """The ``[B, L]`` token slots of a pass, held flat ``[N, ...]``: all ``B * L`` of them, or only
+    the ``needed`` ones (projections, MLP and logits run on those; attention unpacks to the grid,
+    where a row's missing tokens come after its needed ones and causal masking keeps them unseen)."""
+
+    def __init__(self, count: int, length: int, needed: torch.Tensor | None = None):
+        self.count, self.length = count, length
+        self.index = None
+        if needed is not None and not bool(needed.all()):
+            self.index = needed.reshape(-1).nonzero().squeeze(1)
+        self.size = count * length if self.index is None else len(self.index)  # N
+
+    def pack(self, grid: torch.Tensor) -> torch.Tensor:
+        """``[B, L, ...]`` -> ``[N, ...]``."""
+        flat = grid.reshape(self.count * self.length, *grid.shape[2:])
+        return flat if self.index is None else flat.index_select(0, self.index)
+
+    def unpack(self, flat: torch.Tensor) -> torch.Tensor:
+        """``[N, ...]`` -> ``[B, L, ...]``, zeros where a token was not computed."""
+        if self.index is not None:
+            full = flat.new_zeros(self.count * self.length, *flat.shape[1:])
+            flat = full.index_copy(0, self.index, flat)  # its backward reads the computed rows only
+        return flat.view(self.count, self.length, *flat.shape[1:])
+
+
+# ---------------------------------------------------------------------------------------------
+# One decoder layer
+# ---------------------------------------------------------------------------------------------
+
+
+class _Shapes:
+    """The model's layer list and attention shapes, read once per pass."""
+
+    def __init__(self, model):
+        config = model.config
+        self.layers = model.model.layers
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.scale = self.head_dim ** -0.5
+
+
+def _layer(w: _Shapes, index: int, hidden: torch.Tensor, cos, sin, sections: list[_Section]) -> torch.Tensor:
+    """One decoder layer over the pass's tokens ``hidden [N, hidden]``, the sections' one after
+    another: norms, projections and MLP over all of them at once, attention per section."""
+    layer = w.layers[index]
+    heads, kv, dim = w.heads, w.kv_heads, w.head_dim
+    attn = layer.self_attn
+    x = _rms_norm(hidden, layer.input_layernorm)
+    q = _rope(F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(-1, heads, dim), cos, sin)
+    k = _rope(F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(-1, kv, dim), cos, sin)
+    v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(-1, kv, dim)
+    if len(sections) == 1:
+        out = _attention(w, index, q, k, v, sections[0])
+    else:
+        sizes = [section.tokens.size for section in sections]
+        out = torch.cat([_attention(w, index, *qkv, section)
+                         for *qkv, section in zip(q.split(sizes), k.split(sizes), v.split(sizes), sections)])
+    hidden = hidden + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
+    mlp = layer.mlp
+    x = _rms_norm(hidden, layer.post_attention_layernorm)
+    up = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)) * F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
+    return hidden + F.linear(up, mlp.down_proj.weight, mlp.down_proj.bias)
+
+
+def _attention(w: _Shapes, index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, section: _Section) -> torch.Tensor:
+    """Attention of one section's tokens (``q [N, heads, d]``, ``k``/``v [N, kv_heads, d]``, rotated);
+    returns ``[N, heads * d]``. It runs in the grouped layout ``[D, kv_heads, G, rep * L, d]`` (rep =
+    heads per kv head), where a group's rows meet their prompt's keys in one matmul."""
+    num, group = section.groups
+    tokens, prompt, rows, own_bias = section.tokens, section.prompt, section.rows, section.own_bias
+    count, length = tokens.count, tokens.length
+    heads, kv, dim = w.heads, w.kv_heads, w.head_dim
+    rep = heads // kv
+    if tokens.index is not None:  # one scatter to the [B, L] grid for all three
+        q, k, v = tokens.unpack(torch.cat([q, k, v], dim=1)).split([heads, kv, kv], dim=2)
+    # [B, L, n, d] -> [D, kv, G, n/kv * L, d]: a group's rows side by side under each kv head
+    q = q.reshape(num, group, length, kv, rep, dim).permute(0, 3, 1, 4, 2, 5).reshape(num, kv, group, rep * length, dim)
+    k = k.reshape(num, group, length, kv, dim).permute(0, 3, 1, 2, 4)  # [D, kv, G, L, d]
+    v = v.reshape(num, group, length, kv, dim).permute(0, 3, 1, 2, 4)
+    if section.keep is not None:  # prompts: G = 1, keep [D, kv, d, W] and [D, kv, W, d]
+        section.keep.keys.append(k[:, :, 0].transpose(-1, -2).contiguous())
+        section.keep.values.append(v[:, :, 0].contiguous())
+    if rows is not None:  # decoding: the new tokens join the row buffer
+        end = rows.length + length
+        rows.keys[index][:, :, :, rows.length : end] = k
+        rows.values[index][:, :, :, rows.length : end] = v
+        k, v = rows.keys[index][:, :, :, :end], rows.values[index][:, :, :, :end]
+    scores = torch.matmul(q, k.transpose(-1, -2)) * w.scale  # [D, kv, G, rep*L, S] own tokens
+    if own_bias is not None:  # [L, S] or [D, 1, 1, 1, L, S]: the same for every head copy (rep)
+        shape = scores.shape
+        scores = (scores.view(*shape[:3], rep, length, shape[-1]) + own_bias).view(shape)
+    if prompt is not None:
+        past = torch.matmul(q.reshape(num, kv, group * rep * length, dim), prompt.keys[index])
+        past = past.view(num, kv, group, rep * length, -1) * w.scale + prompt.key_bias
+        scores = torch.cat([past, scores], dim=-1)
+    probs = _softmax(scores).to(q.dtype)
+    if prompt is not None:
+        width = prompt.values[index].shape[2]
+        out = torch.matmul(probs[..., width:], v)
+        shared = torch.matmul(probs[..., :width].reshape(num, kv, group * rep * length, width), prompt.values[index])
+        out = out + shared.view_as(out)
+    else:
+        out = torch.matmul(probs, v)
+    # [D, kv, G, rep*L, d] -> [B, L, heads * d] -> the section's tokens
+    return tokens.pack(out.view(num, kv, group, rep, length, dim).permute(0, 2, 4, 1, 3, 5).reshape(count, length, heads * dim))
+
+
+def _softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the keys in at least float32. On the CPU, rows shorter than 16 are padded with
+    masked keys first: torch's CPU softmax takes a scalar path below one vector's width and was
+    measured 7-10x slower on 9-15 keys than on 16 (``benchmarks/README.md``)."""
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
+    keys = scores.shape[-1]
+    if scores.device.type != "cpu" or keys >= _CPU_SOFTMAX_MIN:
+        return torch.softmax(scores, dim=-1)
+    padded = F.pad(scores, (0, _CPU_SOFTMAX_MIN - keys), value=torch.finfo(scores.dtype).min)
+    return torch.softmax(padded, dim=-1)[..., :keys]
+
+
+_CPU_SOFTMAX_MIN = 16
+
+
+def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
+    """Llama's RMSNorm, as transformers computes it (float32 statistics, weight times the cast-back)."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * h.to(x.dtype)
+
+
+def _rotary(model, hidden: torch.Tensor, positions: torch.Tensor):
+    """cos, sin ``[N, 1, d]`` of the tokens at ``positions [N]``, from the model's own rotary module
+    (its scaling included)."""
+    cos, sin = model.model.rotary_emb(hidden, positions[None])
+    return cos[0].unsqueeze(1), sin[0].unsqueeze(1)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+def _bias(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0 where attention is allowed, the dtype's most negative number where it is not."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+def _final_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    return model.lm_head(_rms_norm(hidden, model.model.norm))

@@ -1,0 +1,253 @@
+"""Loading and saving models: the policy (full or LoRA, decided here once), the reference, a run's
+final model, and the policy's weights as an inference engine takes them.
+
+The reference policy is what the KL term compares against:
+  * LoRA policy: the same network with its adapters switched off (no second copy in memory);
+  * full fine-tuning: a frozen copy of the original weights, loaded only when beta > 0 (no copy,
+    no pass otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from rlvr.modeling import fast_forward
+from rlvr.verifiers.errors import MissingFileError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(DTYPES)}") from None
+
+
+def check_model_folder(path: str | Path, field: str = "model.path") -> Path:
+    """``path`` as a folder that holds a Hugging Face model, or a :class:`UserError` at once.
+
+    transformers would take a missing folder for a hub repo id and retry the network for ~50 s
+    before a traceback; models here are local folders (``model.path``), so say so immediately.
+    """
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        hint = (" (it looks like a hub id: download it first, e.g. `hf download NAME --local-dir DIR`, and set "
+                f"{field} to DIR)") if "/" in str(path) and not str(path).startswith((".", "/", "~")) else ""
+        raise MissingFileError(f"{field}: no model at {path}: not a folder{hint}")
+    if not (folder / "config.json").is_file():
+        raise MissingFileError(f"{field}: no model at {path}: the folder has no config.json (a model folder is what "
+                               "save_pretrained writes, e.g. a run's final/ or checkpoints/step_N/model/)")
+    return folder
+
+
+def context_length(path: str | Path) -> int | None:
+    """The longest sequence the model at ``path`` takes (prompt + completion), from its config;
+    None when the config does not say."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(check_model_folder(path)))
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def load_tokenizer(path: str | Path):
+    """The model's tokenizer, with a pad token (falling back to EOS) and left padding for generation."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(check_model_folder(path)))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_policy(
+    path: str | Path,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    lora: dict[str, Any] | None = None,
+    gradient_checkpointing: bool = False,
+    adapter_path: str | Path | None = None,
+    forward: str = "auto",
+):
+    """The trainable policy: all weights, or LoRA adapters when ``lora`` is given.
+
+    ``lora`` holds peft ``LoraConfig`` fields (``r``, ``alpha``, ``dropout``, ``target_modules``).
+    ``adapter_path`` reloads saved adapters (resume). ``forward="hf"`` keeps every pass on the model's
+    own forward (``model.forward``; see :mod:`rlvr.modeling.fast_forward`).
+    """
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(check_model_folder(path)), dtype=resolve_dtype(dtype)).to(device)
+    _choose_forward(model, forward)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if lora is not None:
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if adapter_path is not None:
+            model = PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True)
+        else:
+            config = LoraConfig(
+                r=lora["r"],
+                lora_alpha=lora["alpha"],
+                lora_dropout=lora["dropout"],
+                target_modules=lora["target_modules"],
+                task_type="CAUSAL_LM",
+            )
+            model = get_peft_model(model, config)
+    model.train()
+    return model
+
+
+def load_run_policy(model_config, device, checkpoint: Path | None):
+    """The policy of an RL run (``model_config`` is a ``ModelConfig``): from ``model.path``, or from a
+    checkpoint's ``model/`` when resuming (for LoRA: the base from ``model.path``, the adapters from
+    the checkpoint)."""
+    lora = model_config.lora.model_dump() if model_config.lora is not None else None
+    if checkpoint is None:
+        path, adapter = model_config.path, None
+    elif lora is None:
+        path, adapter = Path(checkpoint) / "model", None
+    else:
+        path, adapter = model_config.path, Path(checkpoint) / "model"
+    return load_policy(path, dtype=model_config.dtype, device=str(device), lora=lora,
+                       gradient_checkpointing=model_config.gradient_checkpointing, adapter_path=adapter,
+                       forward=model_config.forward)
+
+
+def _choose_forward(model, forward: str) -> None:
+    if forward == "hf":
+        fast_forward.use_model_forward(model)
+    elif forward != "auto":
+        raise ValueError(f"model.forward must be 'auto' or 'hf', got {forward!r}")
+
+
+def is_lora(model) -> bool:
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+class Reference:
+    """Log-probabilities under the reference policy, without a second model when LoRA allows it.
+
+    A full-fine-tuning reference is loaded from the *original* model folder, never copied from the
+    live policy: a resumed run's policy has already moved, and a copy of it would be the wrong anchor.
+    """
+
+    def __init__(self, policy, *, needed: bool, path: str | Path, dtype: str = "float32", device: str = "cpu",
+                 forward: str = "auto"):
+        self.needed = needed
+        self._frozen = None
+        if needed and not is_lora(policy):
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype)).to(device)
+            _choose_forward(model, forward)
+            self._frozen = model.eval().requires_grad_(False)
+        self._policy = policy
+
+    @contextlib.contextmanager
+    def model(self) -> Iterator[Any]:
+        """The network that computes reference log-probabilities, valid inside the ``with``."""
+        if not self.needed:
+            raise RuntimeError("no reference model: beta is 0")
+        if self._frozen is not None:
+            yield self._frozen
+        else:
+            with self._policy.disable_adapter():
+                yield self._policy
+
+
+def save_final_model(model, tokenizer, out: str | Path) -> Path:
+    """Save a standalone Hugging Face folder any later path loads like a hub model. A LoRA policy
+    is saved twice: its adapters under ``adapter/`` and a merged copy at the top (merged from a
+    deep copy, so the live model keeps its adapters)."""
+    out = Path(out)
+    if is_lora(model):
+        model.save_pretrained(out / "adapter")
+        copy.deepcopy(model).merge_and_unload().save_pretrained(out)
+    else:
+        model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def iter_inference_weights(policy, *, lora: str = "merge") -> Iterator[tuple[str, torch.Tensor]]:
+    """The policy's weights as ``(name, tensor)`` pairs for an inference engine, one at a time.
+
+    Names are those of the base architecture's own checkpoint (``model.layers.0.mlp.up_proj.weight``):
+    peft prefixes (``base_model.model.``, ``.base_layer``) are stripped and ``lm_head.weight`` is
+    included even when tied to the embeddings (an engine that repacks the output layer only refreshes
+    it when it is sent). Sharded parameters (DTensor) are gathered. Nothing is copied except a LoRA
+    layer's merged weight, made one module at a time.
+
+    ``lora`` decides what a LoRA policy yields: ``"merge"`` the full weights with each adapter's
+    delta added (``W + scale * B @ A``; the live model is not changed), ``"adapter"`` only the adapter
+    tensors, named as peft saves them (for an engine that serves the adapter itself). A policy
+    without LoRA always yields its full weights.
+    """
+    if lora not in ("merge", "adapter"):
+        raise ValueError(f"lora must be 'merge' or 'adapter', got {lora!r}")
+    if is_lora(policy) and lora == "adapter":
+        from peft import get_peft_model_state_dict
+
+        for name, tensor in get_peft_model_state_dict(policy).items():
+            yield name, _gathered(tensor)
+        return
+    base = policy.get_base_model() if is_lora(policy) else policy
+    lora_layers = _lora_layers(policy) if is_lora(policy) else {}
+    seen = set()
+    for name, tensor in base.state_dict(keep_vars=True).items():
+        if ".lora_" in name or "lora_magnitude_vector" in name:
+            continue
+        name = name.replace(".base_layer.", ".")
+        seen.add(name)
+        yield name, _merged_weight(lora_layers[name]) if name in lora_layers else _gathered(tensor)
+    output = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    if "lm_head.weight" not in seen and output is not None and getattr(output, "weight", None) is not None:
+        yield "lm_head.weight", _gathered(output.weight)
+
+
+def _gathered(tensor: torch.Tensor) -> torch.Tensor:
+    tensor = tensor.detach()
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor  # a DTensor shard -> the whole
+
+
+def _lora_layers(policy) -> dict[str, Any]:
+    """``{base-architecture weight name: LoRA layer}`` for every unmerged LoRA layer."""
+    from peft.tuners.lora import LoraLayer
+
+    prefix = "base_model.model."
+    layers = {}
+    for module_name, module in policy.named_modules():
+        if isinstance(module, LoraLayer) and not getattr(module, "merged", False):
+            name = module_name[len(prefix):] if module_name.startswith(prefix) else module_name
+            layers[f"{name}.weight"] = module
+    return layers
+
+
+@torch.no_grad()
+def _merged_weight(layer) -> torch.Tensor:
+    """A LoRA layer's base weight plus the delta of each active adapter (a new tensor)."""
+    active = [a for a in layer.active_adapters if a in layer.lora_A]
+    if any(layer.use_dora.get(a, False) for a in active):
+        raise ValueError("DoRA adapters cannot be merged for an engine; use plain LoRA (model.lora)")
+    weight = _gathered(layer.get_base_layer().weight)
+    for adapter in active:
+        weight = weight + layer.get_delta_weight(adapter).to(weight.dtype)
+    return weight
+
+
+def trainable_parameters(model) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]

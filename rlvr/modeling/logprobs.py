@@ -1,0 +1,219 @@
+"""Per-token log-probabilities of completions under a model, computed only where they are needed.
+
+Rows that share a prompt (the G samples of a group; a DPO pair's chosen and rejected answers) share
+its forward pass: the distinct prompts run once, their key/value cache is indexed out to the rows
+(``index_select``, whose backward sums each row's gradient into its prompt), and only the
+completions run per row. That is the same function of the weights as running every row whole, with
+fewer tokens through the model (:func:`completion_logits`). Models that :mod:`rlvr.modeling.fast_forward`
+supports run its shared-prompt forward for this (the prompts' keys are not even copied per row).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+
+from rlvr.modeling import fast_forward
+from rlvr.modeling.fast_forward import training_with_checkpointing
+from rlvr.algorithms.losses import entropy_from_log_probs
+
+
+def collate_completions(prompts: Sequence[list[int]], completions: Sequence[list[int]], pad_id: int):
+    """``[left-padded prompt | right-padded completion]`` ids [N, W+T], attention mask, completion mask [N, T]."""
+    width, length = max(len(p) for p in prompts), max(len(c) for c in completions)
+    ids = torch.full((len(prompts), width + length), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    mask = torch.zeros((len(prompts), length))
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        ids[i, width - len(p) : width + len(c)] = torch.tensor(list(p) + list(c))
+        attention[i, width - len(p) : width + len(c)] = 1
+        mask[i, : len(c)] = 1
+    return ids, attention, mask
+
+
+def completion_logprobs(
+    model,
+    input_ids: torch.Tensor,  # [B, W + T] left-padded prompt | right-padded completion
+    attention_mask: torch.Tensor,  # [B, W + T]
+    completion_len: int,  # T
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(logp [B, T], entropy [B, T] | None)`` of the completion tokens.
+
+    Logits are kept for the completion's positions only (the prompt's logits are never materialised),
+    divided by the sampling temperature so that they match the distribution the engine sampled
+    from, and upcast to float32 before the softmax. The entropy carries a gradient only when
+    ``entropy_grad`` (an entropy bonus); as a metric it is computed without a graph.
+
+    A row equal to an earlier one (two samples of a group that drew the same completion) is not
+    computed again: the distinct rows run once and their results are indexed out to the repeats, so
+    a repeat's gradient adds into its row's (the same sum as computing it twice).
+    """
+    distinct = distinct_rows(input_ids, attention_mask)
+    if distinct is None:
+        return _logprobs(model, input_ids, attention_mask, completion_len, temperature, with_entropy, entropy_grad)
+    keep, inverse = distinct
+    logp, entropy = _logprobs(model, input_ids[keep], attention_mask[keep], completion_len, temperature, with_entropy,
+                              entropy_grad)
+    return logp[inverse], (entropy[inverse] if entropy is not None else None)
+
+
+def _logprobs(model, input_ids, attention_mask, completion_len, temperature, with_entropy, entropy_grad):
+    logits = completion_logits(model, input_ids, attention_mask, completion_len)  # [B, T, V]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # half precision up; float64 stays
+    if temperature != 1.0:
+        logits = logits / temperature
+    targets = input_ids[:, -completion_len:]
+    log_probs = torch.log_softmax(logits, dim=-1)  # [B, T, V], shared by logp and the entropy
+    logp = torch.gather(log_probs, 2, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy and entropy_grad:
+        entropy = entropy_from_log_probs(log_probs)
+    elif with_entropy:  # a metric only: no graph through the [B, T, V] softmax
+        with torch.no_grad():
+            entropy = entropy_from_log_probs(log_probs.detach())
+    return logp, entropy
+
+
+def distinct_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(keep, inverse)`` when some rows repeat an earlier one (same ids, same mask): ``keep`` the
+    first row of each distinct kind, in batch order, and ``inverse`` [B] each row's index in
+    ``keep``. None when every row is distinct."""
+    distinct, inverse = torch.unique(torch.cat([input_ids, attention_mask], dim=1), dim=0, return_inverse=True)
+    if len(distinct) == len(input_ids):
+        return None
+    keep, rank = first_seen(inverse, len(distinct))
+    return keep, rank[inverse]
+
+
+def first_seen(inverse: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For ``torch.unique``'s ``inverse`` over ``count`` values (unique sorts them): ``(first, rank)``,
+    the row where each value first appears, in row order, and each value's place in that order."""
+    first = torch.full((count,), len(inverse), dtype=torch.long, device=inverse.device)
+    first.scatter_reduce_(0, inverse, torch.arange(len(inverse), device=inverse.device), "amin")
+    first, order = first.sort()
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(count, device=inverse.device)
+    return first, rank
+
+
+def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
+    """``[B, T, V]`` logits that predict the T completion tokens (position W - 1 + t predicts token t).
+
+    When rows share prompts (same ids, same padding; at most 3/4 of the rows' prompts distinct), the
+    distinct prompts run once with a KV cache and the rows' completions run on top of their prompt's
+    cache; otherwise (or where a cache cannot be used: a model training with gradient checkpointing)
+    every row runs whole. On a model that :mod:`rlvr.modeling.fast_forward` supports, the rows run its
+    shared-prompt forward instead, in any order and any number per prompt.
+    """
+    width = input_ids.shape[1] - completion_len
+    prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1)
+    distinct, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)
+    # Two passes cost more fixed overhead than one: share only when it saves a quarter of the prompts.
+    if width == 0 or 4 * len(distinct) > 3 * len(input_ids) or training_with_checkpointing(model):
+        return _whole_rows(model, input_ids, attention_mask, completion_len)
+    if fast_forward.supports(model):
+        _, rank = first_seen(row_prompt, len(distinct))  # prompts in row order: a batch of whole groups needs no reordering
+        prompts = torch.empty_like(distinct).index_copy_(0, rank, distinct)
+        return _fast_shared_prompts(model, prompts, rank[row_prompt], input_ids[:, width:], attention_mask[:, width:],
+                                    completion_len)
+    prompt_mask = distinct[:, width:]
+    head = model(input_ids=distinct[:, :width], attention_mask=prompt_mask, position_ids=position_ids(prompt_mask),
+                 use_cache=True, logits_to_keep=1)
+    first = head.logits[row_prompt]  # [B, 1, V]: the prompt's last position predicts completion token 0
+    if completion_len == 1:
+        return first
+    cache = output_cache(head)
+    cache.reorder_cache(row_prompt)  # [distinct prompts] -> [B] rows; a differentiable index_select
+    # The last completion token predicts nothing that is scored: the tail runs tokens 0 .. T-2.
+    tail_ids = input_ids[:, width : width + completion_len - 1]
+    prompt_len = attention_mask[:, :width].sum(dim=1, keepdim=True)
+    tail_positions = prompt_len + torch.arange(completion_len - 1, device=input_ids.device)
+    tail = model(input_ids=tail_ids, attention_mask=attention_mask[:, : width + completion_len - 1],
+                 position_ids=tail_positions, use_cache=True, **{cache_argument(model): cache})
+    return torch.cat([first, tail.logits], dim=1)
+
+
+def _fast_shared_prompts(model, prompts: torch.Tensor, row_prompt: torch.Tensor, completions: torch.Tensor,
+                         completion_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
+    """:func:`completion_logits` by :mod:`rlvr.modeling.fast_forward`: ``prompts`` ``[D, 2W]`` (ids | mask),
+    ``row_prompt`` [B] each row's prompt, ``completions`` and their mask ``[B, T]``.
+
+    The fast forward lays rows out as D groups of G (the most rows of any prompt); a prompt with
+    fewer rows gets empty ones, which cost no projection (no token of theirs is needed). Completion
+    token t runs only if token t + 1 is real (its logits predict that token): a row's padding is not
+    computed either."""
+    width = prompts.shape[1] // 2
+    seen = torch.nn.functional.one_hot(row_prompt, len(prompts)).cumsum(dim=0)  # [B, D] rows so far per prompt
+    group = int(seen[-1].max())
+    slot = seen.gather(1, row_prompt[:, None]).squeeze(1) - 1  # earlier rows of the same prompt
+    cell = row_prompt * group + slot  # [B] each row's place in the [D * G] layout
+    cells = len(prompts) * group
+    in_place = cells == len(row_prompt) and bool((cell == torch.arange(cells, device=cell.device)).all())
+    if not in_place:
+        completions = completions.new_zeros(cells, completions.shape[1]).index_copy_(0, cell, completions)
+        completion_mask = completion_mask.new_zeros(cells, completion_mask.shape[1]).index_copy_(0, cell, completion_mask)
+    if completion_len > 1:  # prompts and rows in one pass
+        last, tail = fast_forward.forward_prompts_and_rows(model, prompts[:, :width], prompts[:, width:],
+                                                           completions[:, : completion_len - 1],
+                                                           needed=completion_mask[:, 1:completion_len].bool())
+    else:  # the prompt's last position predicts the only token
+        last, _ = fast_forward.encode_prompts(model, prompts[:, :width], prompts[:, width:], group)
+        tail = last.new_zeros(cells, 0, last.shape[-1])
+    first = last[:, None].expand(-1, group, -1).reshape(cells, 1, -1)  # backward: a sum over the group
+    logits = torch.cat([first, tail], dim=1)
+    return logits if in_place else logits[cell]
+
+
+def _whole_rows(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
+                logits_to_keep=completion_len + 1, use_cache=False)
+    return out.logits[:, :-1]
+
+
+def no_grad_logprobs(model, batch, micro_batch_size: int, temperature: float) -> torch.Tensor:
+    """``[N, T]`` log-probs of a batch's completions without a graph (``batch``: a rollout ``Batch``, or
+    anything with its ``input_ids``, ``attention_mask`` and ``completion_len``). The pass runs in inference
+    mode (no autograd bookkeeping at all: ~7% of a small model's pass); its result is copied out as
+    an ordinary tensor, which a later graph may use as a constant."""
+    with torch.inference_mode():
+        parts = []
+        for start in range(0, len(batch), micro_batch_size):
+            end = min(start + micro_batch_size, len(batch))
+            logp, _ = completion_logprobs(model, batch.input_ids[start:end], batch.attention_mask[start:end],
+                                          batch.completion_len, temperature)
+            parts.append(logp)
+        logp = torch.cat(parts)
+    return logp.clone()
+
+
+def reference_logprobs(reference, batch, micro_batch_size: int, temperature: float) -> torch.Tensor:
+    """:func:`no_grad_logprobs` under the reference policy (a :class:`rlvr.modeling.loading.Reference`)."""
+    with reference.model() as ref_model:
+        return no_grad_logprobs(ref_model, batch, micro_batch_size, temperature)
+
+
+def output_cache(output):
+    """The KV cache a forward with ``use_cache=True`` returned (``cache`` since transformers 5.24)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
+
+
+def cache_argument(model) -> str:
+    """The forward argument that takes a KV cache: ``cache`` since transformers 5.24, else ``past_key_values``."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # through a peft wrapper
+    return _cache_argument_of(type(base))
+
+
+@functools.cache
+def _cache_argument_of(model_class) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions of left-padded rows: each row's first real token is position 0."""
+    return (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)  # left padding shifts positions

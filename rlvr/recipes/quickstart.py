@@ -1,0 +1,201 @@
+"""The embedded default: prove on a CPU that reinforcement learning makes a model better.
+
+    1. build a tiny character-level Llama (~0.5M parameters) with ``save_pretrained``
+    2. SFT-bootstrap it on 3-digit addition until it is right ~30% of the time (held-out dev set)
+    3. GRPO against the ``numeric`` verifier, greedy accuracy on 500 held-out test problems
+       measured before and after
+    4. print accuracy before -> after; write summary.json, metrics, plots, checkpoints
+
+Everything lands in one run folder: ``base_model/``, ``sft/``, and at the top the GRPO run
+(``config.yaml``, ``metrics.jsonl``, ``metrics.png``, ``checkpoints/``, ``final/``) and ``summary.json``.
+
+``reward_model=True`` (``rlvr quickstart --reward-model``) is RLHF with a learned reward instead:
+after SFT, preference pairs from the SFT model's own samples (``preferences.jsonl``), a Bradley-Terry
+reward model on them (``rm/``, ``arithmetic_rm.yaml``), then GRPO against that reward model
+(``arithmetic_grpo_rm.yaml``) with the exact verifier only watching (gold accuracy before -> after).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from rlvr.config import RunConfig, SFTConfig, build_config
+from rlvr.configs import load_packaged
+from rlvr.recipes.scaffold import RunInterrupted
+from rlvr.rollout.suites import eval_entries
+
+
+def eval_command(config: RunConfig, *, samples: int = 8, ks: str = "1,8") -> str:
+    """The ``rlvr eval`` line that measures a run's final model on the first suite its evaluation used.
+
+    The suite's options (the quickstart's bare ``7+345=`` prompts) and the generation budget must be
+    the ones the model was trained with; a plain ``--task arithmetic`` would ask it chat-formatted
+    questions it has never seen, and score 0.
+    """
+    suite = eval_entries(config)[0]
+    words = ["rlvr", "eval", "--model", str(Path(config.out) / "final"), "--task", suite.task, "--split", suite.split]
+    if suite.path is not None:
+        words += ["--path", suite.path]
+    for key, value in suite.options.items():
+        text = value if isinstance(value, str) and yaml.safe_load(value) == value else json.dumps(value)
+        words += ["--task-option", f"{key}={text}"]
+    max_new_tokens = config.eval.max_new_tokens or config.generation.max_new_tokens  # as the run's evaluation
+    words += ["--limit", str(suite.limit), "--max-new-tokens", str(max_new_tokens), "--samples", str(samples), "--k", ks]
+    return shlex.join(words)
+
+
+#: The RL stage's packaged config, by ``--algorithm``.
+STAGE_CONFIGS = {"grpo": "quickstart.yaml", "ppo": "quickstart_ppo.yaml"}
+#: The RL stage against a learned reward model (``--reward-model``), by ``--algorithm``.
+RM_STAGE_CONFIGS = {"grpo": "arithmetic_grpo_rm.yaml", "ppo": "arithmetic_ppo_rm.yaml"}
+#: ``rlvr preferences`` as the reward-model quickstart runs it (docs/reward-models.md measured these).
+PREFERENCE_SAMPLING = dict(samples=8, limit=7000, max_new_tokens=5, temperature=1.0)
+#: What a quickstart writes besides an RL run's files, and the file that keeps its settings for --resume.
+SETTINGS_FILE = "quickstart.json"
+QUICKSTART_FILES = ("base_model", "sft", "rm", "preferences.jsonl", SETTINGS_FILE)
+
+
+def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | None = None, device: str = "auto",
+               progress: bool = True, overrides: Sequence[str] = (), overwrite: bool = False,
+               algorithm: str = "grpo", reward_model: bool = False, resume: bool = False) -> dict[str, Any]:
+    """Run the stages; ``overrides`` (``key=value``) apply to the RL stage's config, which
+    ``algorithm`` picks (grpo, or ppo: PPO with a learned critic). ``reward_model``: RL against a reward
+    model trained on preferences from the SFT model's samples (see the module docstring).
+    ``overwrite`` replaces an earlier quickstart in ``out`` (else such a folder is refused); ``resume``
+    continues one in ``out`` with the settings it started with (``quickstart.json``): finished stages
+    are kept, an interrupted one continues from its checkpoint."""
+    from rlvr.run.folder import RUN_FILES, RunFolderError, prepare_run_folder
+    from rlvr.run.runtime import quiet_transformers
+
+    quiet_transformers()
+    started = time.perf_counter()
+    run_dir = prepare_run_folder(out, name="quickstart", resume=resume, overwrite=overwrite,
+                                 outputs=RUN_FILES + QUICKSTART_FILES)
+    settings = dict(seed=seed, steps=steps, device=device, overrides=list(overrides), algorithm=algorithm,
+                    reward_model=reward_model)
+    if resume:
+        if not (run_dir / SETTINGS_FILE).is_file():
+            raise RunFolderError(f"--resume {run_dir}: no {SETTINGS_FILE} there (a quickstart writes it when it starts); "
+                                 "start it again with --overwrite")
+        settings = json.loads((run_dir / SETTINGS_FILE).read_text())
+    elif settings["algorithm"] not in STAGE_CONFIGS:
+        raise ValueError(f"algorithm: unknown quickstart algorithm {algorithm!r}; valid: {', '.join(STAGE_CONFIGS)}")
+    else:
+        (run_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=2))
+    print(f"run folder: {run_dir}" + (" (resuming)" if resume else ""), flush=True)
+    try:
+        summary = _stages(run_dir, resume=resume, progress=progress, **settings)
+    except KeyboardInterrupt as exc:  # the stage's own resume command would skip the other stages
+        what = exc.what if isinstance(exc, RunInterrupted) else "interrupted"
+        raise RunInterrupted(what, f"rlvr quickstart --resume {run_dir}", run_dir=run_dir, step=None) from None
+    summary["wall_s"] = time.perf_counter() - started
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    _report(summary, run_dir, settings["algorithm"], settings["reward_model"])
+    return summary
+
+
+def _stages(run_dir: Path, *, seed: int, steps: int | None, device: str, overrides: list[str], algorithm: str,
+            reward_model: bool, resume: bool, progress: bool) -> dict[str, Any]:
+    """Every stage in order, each kept when a resumed quickstart finished it already; the RL stage's
+    summary with the other stages' numbers added."""
+    from rlvr.modeling.tiny import build_tiny_model
+    from rlvr.recipes import sft, train
+
+    stages = 5 if reward_model else 3
+    common = [f"train.seed={seed}", f"train.device={device}", f"log.progress={progress}"]
+    print(f"[1/{stages}] building a tiny model -> {run_dir / 'base_model'}")
+    if not (resume and (run_dir / "base_model" / "config.json").is_file()):
+        build_tiny_model(run_dir / "base_model", seed=seed)
+
+    print(f"[2/{stages}] SFT bootstrap until held-out greedy accuracy reaches 0.30")
+    sft_config = build_config(SFTConfig, load_packaged("quickstart_sft.yaml"),
+                              [f"out={run_dir / 'sft'}", f"model.path={run_dir / 'base_model'}", *common],
+                              source="quickstart_sft.yaml")
+    sft_summary = _stage(sft.train, sft_config, run_dir / "sft", resume=resume)
+    print(f"      SFT stopped after {sft_summary['steps']} steps at dev accuracy {sft_summary['eval_accuracy']:.3f}")
+
+    name = algorithm.upper()
+    stage_config = (RM_STAGE_CONFIGS if reward_model else STAGE_CONFIGS)[algorithm]
+    run_overrides = [f"out={run_dir}", f"model.path={run_dir / 'sft' / 'final'}", *common]
+    if steps is not None:
+        run_overrides.append(f"train.steps={steps}")
+    rm_summary = None
+    if reward_model:
+        rm_summary = _reward_model_stages(run_dir, load_packaged(stage_config), common, seed=seed, device=device,
+                                          progress=progress, resume=resume)
+        run_overrides.append(f"reward_model.path={run_dir / 'rm' / 'final'}")
+    print(f"[{stages}/{stages}] {name} against " + ("the reward model (the `numeric` verifier only watches: gold)"
+                                                   if reward_model else "the `numeric` verifier"))
+    run_config = build_config(RunConfig, load_packaged(stage_config), [*run_overrides, *overrides], source=stage_config)
+    summary = _stage(train, run_config, run_dir, resume=resume, done=False)
+    summary.update({
+        f"{algorithm}_wall_s": summary["wall_s"],
+        "sft_steps": sft_summary["steps"],
+        "sft_dev_accuracy": sft_summary["eval_accuracy"],
+        "eval_problems": run_config.eval.limit,
+        "model": str(run_dir / "final"),
+        "eval_command": eval_command(run_config),
+    })
+    if rm_summary is not None:
+        summary.update({"pairwise_accuracy": rm_summary["pairwise_accuracy"], "preference_pairs": rm_summary["pairs"],
+                        "reward_model": rm_summary["model"]})
+    return summary
+
+
+def _stage(train, config, folder: Path, *, resume: bool, done: bool = True) -> dict[str, Any]:
+    """A stage's summary: read back when a resumed quickstart finished the stage already (``done``: its
+    ``summary.json`` says so), continued from its latest checkpoint, or run from the start."""
+    from rlvr.run.checkpoint import latest_checkpoint
+
+    if resume and done and (folder / "summary.json").is_file():
+        return json.loads((folder / "summary.json").read_text())
+    if resume and latest_checkpoint(folder) is not None:
+        return train(config, resume=True)
+    return train(config, overwrite=resume)  # a stage stopped before its first checkpoint starts over
+
+
+def _report(summary: dict[str, Any], run_dir: Path, algorithm: str, reward_model: bool) -> None:
+    before, after = summary["accuracy_before"], summary["accuracy_after"]
+    print(f"\n{'gold ' if reward_model else ''}greedy accuracy on {summary['eval_problems']} held-out problems: "
+          f"before {algorithm.upper()} {before:.3f} -> after {after:.3f} ({after - before:+.3f})")
+    if reward_model:
+        fired = [a for a in summary["alarms"] if a["alarm"] == "gold_vs_proxy"]
+        print(f"reward model: held-out pairwise accuracy {summary['pairwise_accuracy']:.3f}; gold-vs-proxy alarm: "
+              + (f"fired at step {fired[0]['step']}" if fired else "never fired"))
+    print(f"wall time {summary['wall_s']:.0f} s; run folder: {run_dir} (summary.json, metrics.jsonl, metrics.png)")
+    print(f"pass@1 and pass@8 of the trained model: {summary['eval_command']}")
+
+
+def _reward_model_stages(run_dir: Path, rl_config: dict, common: list[str], *, seed: int, device: str,
+                         progress: bool, resume: bool) -> dict[str, Any]:
+    """Preference pairs from the SFT model's samples on the RL task, then a reward model on them (``rm/``)."""
+    from rlvr.config import RewardModelConfig
+    from rlvr.recipes import train_rm
+    from rlvr.rollout.preferences import build_preferences
+
+    sft_model, task, pairs_file = run_dir / "sft" / "final", rl_config["data"][0], run_dir / "preferences.jsonl"
+    p = PREFERENCE_SAMPLING
+    print(f"[3/5] preference pairs: {p['samples']} samples of the SFT model on each of {p['limit']} problems, a right "
+          "answer paired with a wrong one (`rlvr preferences`)")
+    if resume and pairs_file.is_file():  # written whole or not at all
+        pairs = len(pairs_file.read_text().splitlines())
+        print(f"      {pairs} pairs (made before the resume)")
+    else:
+        stats = build_preferences(str(sft_model), task["task"], pairs_file, split=task.get("split", "train"),
+                                  options=task.get("options", {}), seed=seed, device=device, workers=0,
+                                  progress=progress, **p)
+        pairs = stats["pairs"]
+        print(f"      {pairs} pairs; {stats['sample_accuracy']:.3f} of the samples were right")
+    print("[4/5] Bradley-Terry reward model on the pairs (`rlvr train-rm`, arithmetic_rm.yaml)")
+    rm_config = build_config(RewardModelConfig, load_packaged("arithmetic_rm.yaml"),
+                             [f"out={run_dir / 'rm'}", f"model.path={sft_model}", f"data.path={pairs_file}", *common],
+                             source="arithmetic_rm.yaml")
+    summary = _stage(train_rm.train, rm_config, run_dir / "rm", resume=resume)
+    print(f"      held-out pairwise accuracy {summary['pairwise_accuracy']:.3f}")
+    return {**summary, "pairs": pairs}

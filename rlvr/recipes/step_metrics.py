@@ -1,0 +1,99 @@
+"""What one RL step logs, and what a run's ``summary.json`` says, for both recipes.
+
+Metric namespaces are those of ``rlvr/run/tracking.py``: ``reward/``, ``response/``, ``rollout/``,
+``verify/``; the update adds ``train/`` and ``mismatch/``, the recipe ``time/``, ``perf/``, ``sync/``.
+With a reward model, ``proxy/reward`` is its own score (before normalisation) and ``gold/`` the
+verifier's (never optimised).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mixed: bool) -> dict[str, float]:
+    """Everything one step logs (see the namespaces in ``rlvr/run/tracking.py``)."""
+    raw, valid = samples.raw_scores, samples.valid
+    lengths = samples.lengths.float()
+    rewards = [r for g in groups for r in g.rewards]
+    judged = [r for g in groups for r in (g.gold if g.gold is not None else g.rewards)]  # the verifier's
+    verdict = "gold" if groups and groups[0].gold is not None else "reward"  # a learned score is no pass/fail
+    metrics: dict[str, float] = {
+        "reward/mean": float(raw[valid].mean()) if valid.any() else 0.0,
+        "reward/std": float(raw[valid].std()) if valid.sum() > 1 else 0.0,
+        "reward/shaped_mean": float(samples.scores[valid].mean()) if valid.any() else 0.0,
+        "response/length_mean": float(lengths.mean()),
+        "response/length_max": float(lengths.max()),
+        "response/truncation_rate": float(samples.truncated.float().mean()),
+        "rollout/zero_variance_frac": rollout.zero_variance_groups / max(1, rollout.groups_seen),
+        "rollout/dropped_groups": float(rollout.dropped_groups),
+        "rollout/rounds": float(rollout.rounds),
+        "verify/masked_frac": float((~valid).float().mean()),
+        "verify/latency_p50_ms": 1e3 * sorted(r.latency_s for r in judged)[len(judged) // 2] if judged else 0.0,
+        "verify/latency_max_ms": 1e3 * max((r.latency_s for r in judged), default=0.0),
+    }
+    if samples.correct is not None:  # binary rewards, or verifier.success_threshold set
+        metrics[f"{verdict}/accuracy"] = float(samples.correct.float().mean())
+    if verdict == "gold":
+        gold = [r.score for r in judged if r.status == "ok"]
+        if gold:
+            metrics["gold/mean"] = sum(gold) / len(gold)
+            metrics["gold/se"] = _clustered_se([[r.score for r in g.gold if r.status == "ok"] for g in groups])
+        scored = [r.components["rm"] for r in rewards if "rm" in r.components]  # unnormalised: its trend is real
+        metrics["proxy/reward"] = sum(scored) / max(1, len(scored))
+        metrics["time/reward_model"] = rollout.reward_model_s
+    for status, count in rollout.status.items():
+        metrics[f"verify/status_{status}"] = float(count)
+    reporting = [r for r in judged if "extracted" in r.info]
+    if reporting:
+        metrics["verify/no_answer_frac"] = sum(r.info["extracted"] is None for r in reporting) / len(reporting)
+    components: dict[str, list[float]] = {}
+    for r in rewards:
+        for name, value in r.components.items():
+            components.setdefault(name, []).append(value)
+    for name, values in components.items():
+        metrics[f"reward/{name}"] = sum(values) / len(values)
+    if mixed and samples.correct is not None:  # several training suites: accuracy of each one drawn this step
+        for suite in sorted({g.suite for g in groups}):
+            rows = [i for i, g in enumerate(groups) if g.suite == suite]
+            metrics[f"{verdict}/{suite}/accuracy"] = float(samples.correct[rows].float().mean())
+    if seq_kl is not None:
+        metrics["reward/kl_seq_mean"] = float(seq_kl.mean())
+    metrics.update(update)
+    return metrics
+
+
+def _clustered_se(groups: list[list[float]]) -> float:
+    """Standard error of the mean score over the groups' samples, with each group (one prompt) as a cluster:
+    the samples of one prompt are not independent, the prompts are. 0 with fewer than two groups."""
+    means = [sum(g) / len(g) for g in groups if g]
+    if len(means) < 2:
+        return 0.0
+    mean = sum(means) / len(means)
+    return math.sqrt(sum((m - mean) ** 2 for m in means) / (len(means) - 1) / len(means))
+
+
+def run_summary(config, evaluations: dict, alarms) -> dict[str, Any]:
+    """``summary.json`` of an RL run: accuracy before (step 0) and after (the last evaluation). With a
+    reward model the evaluation's verifier is the gold, so these are also ``gold_accuracy_before/after``."""
+    steps_done = sorted(evaluations)
+    before = evaluations.get(0, {}).get("eval/accuracy")
+    after = evaluations[steps_done[-1]].get("eval/accuracy") if steps_done and steps_done[-1] > 0 else None
+    gold = {"gold_accuracy_before": before, "gold_accuracy_after": after} if config.reward_model is not None else {}
+    return {
+        "run_folder": config.out,
+        "algorithm": config.algorithm.preset,
+        "steps": config.train.steps,
+        "accuracy_before": before,
+        "accuracy_after": after,
+        **gold,
+        "evaluations": {str(k): v for k, v in evaluations.items()},
+        "alarms": [{"step": s, "alarm": a} for s, a in alarms.fired],
+    }
+
+
+def progress_postfix(metrics: dict[str, float]) -> dict[str, str]:
+    """The progress bar's numbers: mean reward, and accuracy (the gold's with a reward model) when logged."""
+    accuracy = metrics.get("reward/accuracy", metrics.get("gold/accuracy"))
+    return {"reward": f"{metrics['reward/mean']:.3f}", **({"acc": f"{accuracy:.3f}"} if accuracy is not None else {})}

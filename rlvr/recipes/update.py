@@ -1,0 +1,228 @@
+"""The policy update both recipes share: clipped-surrogate steps over a rollout batch.
+
+``policy_terms`` is the loss of one micro-batch (policy loss + KL in the loss + entropy bonus, with
+its diagnostics); ``update_policy`` is the critic-free recipe's whole update built from it;
+``rlvr/recipes/ppo.py`` builds its actor-critic update from the same function.
+
+Everything reads a :class:`UpdateSettings`, the few config values an update needs, not the run's
+whole config.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss, truncated_importance_weights
+from rlvr.modeling.logprobs import completion_logprobs, no_grad_logprobs
+from rlvr.rollout.batch import Batch
+from rlvr.run.runtime import Distributed
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """What a policy update reads from a run's config (``from_config``)."""
+
+    algo: "object"  # rlvr.config.AlgorithmConfig: losses, clips, KL, entropy, epochs, minibatches
+    temperature: float  # the sampling temperature: log-probs are taken of the distribution sampled from
+    max_len: int  # generation.max_new_tokens (the seq_mean_token_sum_norm denominator)
+    micro_batch_size: int
+    grad_clip: float
+    old_logprobs: str  # "engine" | "recompute": where pi_old comes from when a batch is used twice
+    dist: Distributed = field(default_factory=Distributed)  # the ranks: global counts, summed gradients
+
+    @classmethod
+    def from_config(cls, config, dist: Distributed | None = None) -> "UpdateSettings":
+        source = config.algorithm.old_logprobs
+        if source == "auto":  # the HF engine in float32 computes exactly the trainer's log-probs
+            source = "engine" if config.engine.name == "hf" and config.model.dtype == "float32" else "recompute"
+        return cls(algo=config.algorithm, temperature=config.generation.temperature,
+                   max_len=config.generation.max_new_tokens, micro_batch_size=config.train.micro_batch_size,
+                   grad_clip=config.optim.grad_clip, old_logprobs=source, dist=dist or Distributed())
+
+    @property
+    def single_pass(self) -> bool:
+        """One epoch of one minibatch: the sampling policy is the policy being differentiated."""
+        return self.algo.ppo_epochs == 1 and self.algo.minibatches == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# One micro-batch's policy loss
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MicroLoss:
+    loss: torch.Tensor  # the scalar to backpropagate
+    pg_loss: float  # its policy-loss part
+    terms: dict[str, float]  # diagnostics, to be averaged over tokens (see TokenMeans)
+    logp: torch.Tensor  # [n, T] the policy's log-probs of the sampled tokens, with gradient
+
+
+def policy_terms(policy, micro: Batch, s: UpdateSettings, *, num_seqs: int, num_tokens: float) -> MicroLoss:
+    """The loss of one micro-batch of a minibatch of ``num_seqs`` sequences and ``num_tokens`` loss
+    tokens (the aggregation's denominators, so that micro-batch losses add up to the minibatch's):
+
+        loss = policy_loss(logp, old_logp, A)  [+ beta * KL(pi || ref) in the loss]  [- c_H * entropy]
+    """
+    algo = s.algo
+    agg = dict(num_seqs=num_seqs, num_tokens=num_tokens, max_len=s.max_len)
+    logp, entropy = completion_logprobs(policy, micro.input_ids, micro.attention_mask, micro.completion_len,
+                                        s.temperature, with_entropy=True, entropy_grad=algo.entropy_coef > 0)
+    old = logp.detach() if s.single_pass else micro.old_logp
+    tis = truncated_importance_weights(old, micro.engine_logp, algo.tis_cap) if algo.tis_cap else None
+    loss, stats = policy_loss(logp, old, micro.advantages, micro.response_mask, clip_low=algo.clip_low,
+                              clip_high=algo.clip_high, dual_clip=algo.dual_clip, agg=algo.loss_agg,
+                              loss=algo.policy_loss, token_weights=tis, **agg)
+    pg_loss = float(loss.detach())
+    terms = {}
+    if micro.ref_logp is not None:
+        kl = KL_ESTIMATORS[algo.kl_estimator](logp, micro.ref_logp)
+        terms["train/kl_ref"] = masked_mean(kl, micro.response_mask)
+        if algo.kl_placement == "loss":
+            loss = loss + algo.beta * aggregate(kl, micro.response_mask, algo.loss_agg, **agg)
+    if algo.entropy_coef > 0:
+        loss = loss - algo.entropy_coef * aggregate(entropy, micro.response_mask, algo.loss_agg, **agg)
+    terms.update({
+        "train/entropy": masked_mean(entropy, micro.response_mask),
+        "train/clip_frac_low": stats.clip_frac_low,
+        "train/clip_frac_high": stats.clip_frac_high,
+        "train/dual_clip_frac": stats.dual_clip_frac,
+        "train/ratio_mean": stats.ratio_mean,
+        "train/approx_kl_old": stats.approx_kl,
+    })
+    if tis is not None:
+        terms["train/tis_weight_mean"] = masked_mean(tis, micro.response_mask)
+    return MicroLoss(loss, pg_loss, terms, logp)
+
+
+class TokenMeans:
+    """Token-weighted running means of per-micro-batch diagnostics (``add`` then ``means``)."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = {}
+        self.weight = 0.0
+
+    def add(self, terms: dict[str, float], weight: float) -> None:
+        for key, value in terms.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value * weight
+        self.weight += weight
+
+    def means(self) -> dict[str, float]:
+        return {key: value / max(self.weight, 1e-9) for key, value in self.sums.items()}
+
+
+class Mismatch:
+    """Trainer-inference mismatch: |trainer logp - engine logp| on the sampled tokens, measured
+    before the first optimizer step (afterwards the trainer has moved on purpose)."""
+
+    def __init__(self):
+        self.total = self.weight = self.max = 0.0
+
+    def add(self, logp: torch.Tensor, micro: Batch) -> None:
+        gap = (logp.detach() - micro.engine_logp).abs() * micro.response_mask
+        self.total += float(gap.sum())
+        self.weight += float(micro.response_mask.sum())
+        self.max = max(self.max, float(gap.max()) if gap.numel() else 0.0)
+
+    def metrics(self) -> dict[str, float]:
+        if not self.weight:
+            return {}
+        return {"mismatch/logprob_abs_diff_mean": self.total / self.weight, "mismatch/logprob_abs_diff_max": self.max}
+
+
+# ---------------------------------------------------------------------------------------------
+# The critic-free update
+# ---------------------------------------------------------------------------------------------
+
+
+def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: UpdateSettings) -> dict[str, float]:
+    """``ppo_epochs`` passes of ``minibatches`` optimizer steps over ``batch``; returns mean diagnostics.
+
+    When the batch is used exactly once (one epoch, one minibatch) the policy that sampled it is the
+    policy being differentiated, so pi_old = pi_theta.detach() and no extra pass is made. Otherwise
+    pi_old comes from the engine's sampling log-probs or from one recomputing pass before any step.
+    Rows whose loss is exactly zero whatever the weights (see :func:`rows_with_gradient`) are not
+    computed at all; the loss denominators still count them, so the gradient is unchanged.
+    """
+    algo = s.algo
+    if not s.single_pass and batch.old_logp is None:
+        batch.old_logp = old_logprobs(policy, batch, s)
+    n = len(batch)
+    minibatch_size = math.ceil(n / algo.minibatches)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    means, mismatch = TokenMeans(), Mismatch()
+    loss_total, pg_total, grad_norms, computed_rows = 0.0, 0.0, [], 0
+    for epoch in range(algo.ppo_epochs):
+        order = torch.randperm(n) if not s.single_pass else torch.arange(n)
+        for start in range(0, n, minibatch_size):
+            minibatch = batch.select(order[start : start + minibatch_size].to(batch.input_ids.device))
+            rows = rows_with_gradient(minibatch, algo)
+            computed_rows += len(rows)
+            counts = global_counts(minibatch, s.dist)
+            optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients, no zeroing pass
+            for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():
+                micro = minibatch.select(micro_rows)
+                part = policy_terms(policy, micro, s, **counts)
+                part.loss.backward()
+                loss_total, pg_total = loss_total + part.loss.item(), pg_total + part.pg_loss
+                if not grad_norms:  # before any step
+                    mismatch.add(part.logp, micro)
+                means.add(part.terms, float(micro.response_mask.sum()))
+            for p in params:  # no active rows (or a parameter outside the graph): a zero-gradient step
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            s.dist.sum_gradients(params)
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, s.grad_clip)))
+            optimizer.step()
+    steps = len(grad_norms)
+    out = means.means()
+    out.update({
+        "train/loss": loss_total / steps,  # each optimizer step's full loss, averaged over the steps
+        "train/pg_loss": pg_total / steps,
+        "train/grad_norm": sum(grad_norms) / steps,
+        "train/optimizer_steps": float(steps),
+        "train/computed_rows_frac": computed_rows / (n * algo.ppo_epochs),
+    })
+    out.update(mismatch.metrics())
+    return out
+
+
+def global_counts(minibatch: Batch, dist: Distributed) -> dict[str, float]:
+    """The loss denominators of a minibatch split over ranks: sequences and loss tokens of all ranks'
+    parts together (a rank's loss is its part's numerator over these, so the losses add up)."""
+    return {"num_seqs": dist.sum(len(minibatch)), "num_tokens": dist.sum(float(minibatch.response_mask.sum()))}
+
+
+def rows_with_gradient(minibatch: Batch, algo) -> torch.Tensor:
+    """Indices of the rows whose loss can be non-zero.
+
+    A row with no unmasked token contributes nothing. Without a KL term in the loss and without an
+    entropy bonus, a row whose advantages are all 0 (e.g. every sample of a zero-variance group)
+    contributes exactly 0 as well: -A * rho = 0 for any rho. Those rows are not computed.
+    Advantages may be per sequence ``[N]`` or per token ``[N, T]``.
+    """
+    active = minibatch.response_mask.sum(dim=1) > 0
+    kl_in_loss = algo.beta > 0 and algo.kl_placement == "loss"
+    if not kl_in_loss and algo.entropy_coef == 0:
+        adv = minibatch.advantages
+        active &= (adv != 0) if adv.dim() == 1 else ((adv * minibatch.response_mask) != 0).any(dim=1)
+    return active.nonzero().squeeze(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# pi_old
+# ---------------------------------------------------------------------------------------------
+
+
+def old_logprobs(policy, batch: Batch, s: UpdateSettings) -> torch.Tensor:
+    """pi_old ``[N, T]`` for a batch used more than once: the engine's, or one recomputing pass."""
+    if s.old_logprobs == "engine":
+        return batch.engine_logp
+    return no_grad_logprobs(policy, batch, s.micro_batch_size, s.temperature)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((values.detach() * mask).sum() / mask.sum().clamp(min=1))
