@@ -27,7 +27,7 @@ from rlvr.cli import build_parser, main
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PLACEHOLDER = re.compile(r"(?<![\w.-])(?:[A-Z][A-Z_]*[A-Z]|[NSTK])(?:\.yaml|\.jsonl)?(?![\w-])")
-NOT_COMMANDS = ("python", "toml")  # code blocks in these languages hold no shell commands
+NOT_COMMANDS = ("python", "toml", "text")  # code blocks in these languages hold no shell commands (text: output)
 
 
 def _commands() -> list[tuple[str, str, bool]]:
@@ -64,11 +64,16 @@ COMMANDS = _commands()
 
 
 def _doc_files() -> dict[str, str]:
-    """Files the docs show whole: a yaml/json code block whose first line is ``# NAME``."""
+    """Files the docs show whole: a yaml code block whose first line is ``# NAME`` (a comment, so the
+    block stays valid when copied), or a json/jsonl block right after a line ending in ``NAME`:``
+    (JSON has no comments)."""
     files = {}
     for doc in DOCS:
-        for block in re.finditer(r"^```(yaml|json|jsonl)\n# ([\w.-]+)\n(.*?)^```[ \t]*$", doc.read_text(), re.S | re.M):
-            files[block.group(2)] = block.group(3)
+        text = doc.read_text()
+        for block in re.finditer(r"^```yaml\n# ([\w.-]+)\n(.*?)^```[ \t]*$", text, re.S | re.M):
+            files[block.group(1)] = block.group(2)
+        for block in re.finditer(r"`([\w.-]+\.jsonl?)`:\n\n```jsonl?\n(.*?)^```[ \t]*$", text, re.S | re.M):
+            files[block.group(1)] = block.group(2)
     return files
 
 
@@ -150,7 +155,7 @@ def test_examples_in_code_blocks_run(where, command, user_folder, monkeypatch, c
 @pytest.mark.parametrize("where, command", [(w, c) for w, c, block in COMMANDS if not block and not _is_synopsis(c)])
 def test_inline_examples_parse_and_validate(where, command, user_folder, monkeypatch):
     from rlvr.config import RunConfig, load_config
-    from rlvr.offline_configs import SFTConfig
+    from rlvr.config import SFTConfig
 
     monkeypatch.chdir(user_folder)
     words = shlex.split(command)

@@ -85,3 +85,17 @@ def test_verifier_through_worker_processes(rg):
         rewards = runner.score_batch("reasoning_gym", [p.solution for p in suite] + ["<answer>-1</answer>"],
                                      [p.reference for p in suite] + [suite[0].reference])
     assert [(r.status, r.score) for r in rewards] == [("ok", 1.0)] * 4 + [("ok", 0.0)]
+
+
+def test_the_audit_scores_its_probes_and_shows_the_librarys_substring_credit():
+    """The audit scores real probes against a basic_arithmetic entry (it used to error on every one: no
+    reference of the right shape). It fails, rightly: the library's default score_answer gives an answer
+    that contains the gold partial credit, len(gold) / len(answer), so '79 or 78' earns 0.25."""
+    pytest.importorskip("reasoning_gym")
+    from rlvr.verifiers.audit import audit
+
+    report = audit("reasoning_gym")
+    assert [r.id for r in report.rows if r.status != "ok"] == [r.id for r in report.rows if r.category == "reference"]
+    by_id = {r.id: r for r in report.rows}
+    assert by_id["golden-01"].score == 1.0 and by_id["golden-03"].score == 0.0
+    assert by_id["hack-06"].score == pytest.approx(0.25) and not report.ok

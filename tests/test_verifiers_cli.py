@@ -135,9 +135,14 @@ class NeedsTests(Verifier):
 
 def test_audit_of_a_verifier_with_another_reference_shape():
     report = audit("test_needs_tests", timeout_s=3)
-    assert report.ok and "audit_cases()" in report.note and "no built-in golden set" in report.note
+    assert "audit_cases()" in report.note and "no built-in golden set" in report.note
     assert not [r for r in report.rows if r.category == "golden"]  # the math set is not its yardstick
     assert all(r.verdict.startswith("caught") for r in report.rows if r.category in ("giant", "pathological"))
+    # every probe errored (none has the reference it understands): nothing was scored, so it cannot pass
+    assert report.scored == 0 and not report.ok
+    result = format_report(report).splitlines()[-1]
+    assert result.startswith("result: FAIL (no probe was scored: error ") and "reference has no tests" in result
+    assert "audit_reference" in result
 
 
 @register_verifier("test_other_kind")

@@ -19,9 +19,11 @@ stay below it, and a little partial credit below it is fine. Either way the repo
 highest score any response that must not pass earned.
 ============  ==============================================================================
 
-``AuditReport.ok`` is False when a golden case failed or a hedge or hostile input got through;
-format hacks let through by a correctness-only verifier are reported, not failed (they are the
-``format`` verifier's job: compose the two).
+``AuditReport.ok`` is False when a golden case failed or a hedge or hostile input got through, and
+when no probe was scored at all (every one ended in an error or a timeout, or abstained: a verifier
+that fails on everything "catches" every bad response, which proves nothing); the report then shows
+the first error. Format hacks let through by a correctness-only verifier are reported, not failed
+(they are the ``format`` verifier's job: compose the two).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class AuditRow:
     latency_ms: float
     verdict: str
     extracted: object = None
+    error: str | None = None  # the verifier's error message, for a probe that errored or timed out
 
 
 @dataclass
@@ -62,7 +65,14 @@ class AuditReport:
         return max(scored, key=lambda r: r.score, default=None)
 
     @property
+    def scored(self) -> int:
+        """How many probes the verifier scored (status ``ok``)."""
+        return sum(r.status == "ok" for r in self.rows)
+
+    @property
     def ok(self) -> bool:
+        if not self.scored:
+            return False  # nothing was judged, so nothing was shown to work
         return not any(r.verdict in ("MISSED", "WRONG") or (r.verdict == "LET THROUGH" and r.category not in INFORMATIONAL)
                        for r in self.rows)
 
@@ -118,7 +128,8 @@ def audit(name: str, options: dict | None = None, *, timeout_s: float = 5.0, wor
     for probe, reward in zip(probes, rewards):
         report.rows.append(AuditRow(probe["id"], probe["category"], probe["expect"], reward.score, reward.status,
                                     1e3 * reward.latency_s, verdict(probe["expect"], reward.score, reward.status, threshold),
-                                    reward.info.get("extracted")))
+                                    reward.info.get("extracted"),
+                                    reward.info.get("error") if reward.status in ("error", "timeout") else None))
     return report
 
 
@@ -139,5 +150,13 @@ def format_report(report: AuditReport) -> str:
     lines.append("")
     if worst is not None:
         lines.append(f"highest score of a response that must not pass: {worst.score:.4g} ({worst.id}, {worst.category})")
-    lines.append("result: PASS" if report.ok else "result: FAIL (see MISSED / WRONG / LET THROUGH rows)")
+    if report.rows and not report.scored:
+        statuses = Counter(r.status for r in report.rows)
+        first = next((r for r in report.rows if r.error), None)
+        cause = f"; the first error ({first.id}): {first.error}" if first is not None else ""
+        lines.append(f"result: FAIL (no probe was scored: {', '.join(f'{k} {v}' for k, v in statuses.most_common())} of "
+                     f"{len(report.rows)}{cause}). Fix the verifier, or give it the audit_reference its probes should "
+                     "use and audit_cases() (docs/verifiers.md)")
+    else:
+        lines.append("result: PASS" if report.ok else "result: FAIL (see MISSED / WRONG / LET THROUGH rows)")
     return "\n".join(lines)

@@ -7,7 +7,11 @@ verifiers that take them, as in training; the reference is ``line["reference"]``
 object, else every other field of the line (so a line ``{"completion": "... \\\\boxed{42}",
 "answer": "42"}`` works as is). It prints the mean score,
 status counts, latency percentiles and throughput; ``--output`` writes each line back with a
-``reward`` object added.
+``reward`` object added. When items fail to verify, the first failure is printed (file, line and the
+verifier's traceback), as training prints it; when no item could be scored, the command exits 1.
+
+``--output`` and ``audit --json`` are checked before any work: an existing file is refused unless
+``--overwrite``, missing folders are created (:func:`rlvr.verifiers.files.check_output_file`).
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 from rlvr.verifiers.errors import InvalidValueError, MissingFileError, invalid_text
-from rlvr.verifiers.files import jsonl_lines
+from rlvr.verifiers.files import check_output_file, jsonl_lines
 
 
 def add_parser(subparsers) -> None:
@@ -31,7 +36,9 @@ def add_parser(subparsers) -> None:
     verify.add_argument("--verifier", required=True, help="registered verifier name (see `rlvr verifiers list`)")
     _add_option_args(verify)
     verify.add_argument("--input", required=True, type=Path, help="JSONL file: one {completion, reference fields} per line")
-    verify.add_argument("--output", type=Path, help="write every input line with a 'reward' object added (JSONL)")
+    verify.add_argument("--output", type=Path, help="write every input line with a 'reward' object added (JSONL; "
+                        "missing folders are created, an existing file is refused without --overwrite)")
+    verify.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     verify.add_argument("--completion-key", default="completion", help="field holding the completion (default: completion)")
     verify.add_argument("--workers", type=int, default=None,
                         help="worker processes (default: one per core, at most 4; 0 = in-process, no deadline)")
@@ -58,7 +65,9 @@ def add_parser(subparsers) -> None:
     audit.add_argument("--threshold", type=float, default=None,
                        help="for a continuous reward: golden responses must score at least this, all others below it "
                        "(default: the verifier's pass_threshold; without one, any score > 0 is credit)")
-    audit.add_argument("--json", type=Path, help="also write the audit rows to this JSON file")
+    audit.add_argument("--json", type=Path, help="also write the audit rows to this JSON file (missing folders are "
+                       "created, an existing file is refused without --overwrite)")
+    audit.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
     audit.set_defaults(func=run_audit)
 
 
@@ -86,6 +95,22 @@ def parse_options(pairs: list[str], blob: str | None = None) -> dict:
     return options
 
 
+def check_number(flag: str, value: float | None, minimum: float, *, above: bool = False) -> None:
+    """A numeric flag within its range, checked before any work (None: not given, the default applies):
+    ``value >= minimum``, or ``value > minimum`` when ``above``."""
+    if value is None:
+        return
+    if not (value > minimum if above else value >= minimum):  # NaN fails too
+        bound = f"> {minimum:g}" if above else f"at least {minimum:g}"
+        raise InvalidValueError(f"{flag} must be {bound}, got {value:g}")
+
+
+def check_runner_flags(workers: int | None, timeout: float | None) -> None:
+    """``--workers`` and ``--timeout`` of a command that scores with a :class:`VerifierRunner`."""
+    check_number("--workers", workers, 0)
+    check_number("--timeout", timeout, 0, above=True)
+
+
 CONTEXT_KEYS = ("prompt", "finish_reason")  # fields of a line that are the sample's, not the reference's
 
 
@@ -105,9 +130,14 @@ def _prompt(line: dict) -> list | None:
 
 def read_lines(path: Path, completion_key: str) -> list[dict]:
     """The JSON objects of a JSONL file; anything unusable is an error naming the file and line."""
+    return _read_lines(path, completion_key)[0]
+
+
+def _read_lines(path: Path, completion_key: str) -> tuple[list[dict], list[str]]:
+    """:func:`read_lines`, and where each line is (``FILE:LINE``)."""
     if not path.is_file():
         raise MissingFileError(f"--input {path}: no such file")
-    rows = []
+    rows, wheres = [], []
     for where, line, problem in jsonl_lines(path):
         if problem:
             raise InvalidValueError(f"{where}: {problem}; fix or drop it")
@@ -121,7 +151,8 @@ def read_lines(path: Path, completion_key: str) -> list[dict]:
         if problem:
             raise InvalidValueError(f"{where}: the line {problem}; fix or drop it")
         rows.append(line)
-    return rows
+        wheres.append(where)
+    return rows, wheres
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -130,23 +161,30 @@ def run_verify(args: argparse.Namespace) -> int:
     from rlvr.verifiers.runner import VerifierRunner
 
     options = parse_options(args.option, args.options)
+    check_runner_flags(args.workers, args.timeout)
+    check_number("--batch-size", args.batch_size, 1)
+    if args.output:  # before any work: an earlier file is not replaced by accident
+        check_output_file(args.output, flag="--output", overwrite=args.overwrite)
     check_verifier(args.verifier, options)  # a bad name or option fails before the file is read
-    rows = read_lines(args.input, args.completion_key)
+    rows, wheres = _read_lines(args.input, args.completion_key)
     start = time.perf_counter()
     statuses: Counter = Counter()
     scores, scored, latencies = [], [], []
+    first_failure = None  # (where, reward) of the first item that errored or timed out
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_writer(args.output)) if args.output else None
         runner = stack.enter_context(VerifierRunner(workers=args.workers, timeout_s=args.timeout,
                                                     backend=args.backend))
-        for i in range(0, len(rows), max(1, args.batch_size)):
+        for i in range(0, len(rows), args.batch_size):
             batch = rows[i: i + args.batch_size]
             rewards = runner.score_batch(args.verifier, [r[args.completion_key] for r in batch],
                                          [_reference(r, args.completion_key) for r in batch], options,
                                          prompts=[_prompt(r) for r in batch],
                                          finish_reasons=[r.get("finish_reason") for r in batch])
-            for line, reward in zip(batch, rewards):
+            for where, line, reward in zip(wheres[i: i + args.batch_size], batch, rewards):
                 statuses[reward.status] += 1
+                if first_failure is None and reward.status in ("error", "timeout"):
+                    first_failure = (where, reward)
                 scores.append(reward.score)
                 if reward.status == "ok":
                     scored.append(reward.score)
@@ -160,6 +198,16 @@ def run_verify(args: argparse.Namespace) -> int:
     print(summarize(args.verifier, str(args.input), scores, statuses, latencies, elapsed, scored))
     if args.output:
         print(f"wrote {args.output}")
+    if first_failure is not None:
+        where, reward = first_failure
+        failed = statuses["error"] + statuses["timeout"]
+        detail = reward.info.get("traceback") or reward.info.get("error") or f"status {reward.status} (no details)"
+        print(f"verifier {args.verifier!r} failed on {failed} of {len(rows)} items; the first, {where}:\n"
+              f"{detail.rstrip()}", file=sys.stderr, flush=True)
+    if rows and not scored:
+        print(f"rlvr verify: nothing was scored ({', '.join(f'{k} {v}' for k, v in statuses.most_common())} of "
+              f"{len(rows)} items); fix the verifier, its options or the lines' reference fields", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -216,9 +264,14 @@ def run_audit(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from rlvr.verifiers.audit import audit, format_report
+    from rlvr.verifiers.files import atomic_write_text
 
-    report = audit(args.name, parse_options(args.option, args.options), timeout_s=args.timeout, threshold=args.threshold)
-    print(format_report(report))
+    options = parse_options(args.option, args.options)
+    check_runner_flags(None, args.timeout)
+    if args.json:  # before any work
+        check_output_file(args.json, flag="--json", overwrite=args.overwrite)
+    report = audit(args.name, options, timeout_s=args.timeout, threshold=args.threshold)
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in report.rows], indent=1, default=repr))
+        atomic_write_text(args.json, json.dumps([asdict(r) for r in report.rows], indent=1, default=repr))
+    print(format_report(report))
     return 0 if report.ok else 1

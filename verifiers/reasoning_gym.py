@@ -40,8 +40,29 @@ class ReasoningGymVerifier(Verifier):
     name = "reasoning_gym"
     description = "reasoning-gym's own score_answer for the dataset, on the last <answer> tag"
 
+    #: An entry of the library's ``basic_arithmetic`` dataset: what ``rlvr verifiers audit reasoning_gym``
+    #: scores its probes against (a reference of another shape would only test the error path).
+    audit_reference = {"dataset": "basic_arithmetic", "config": {}, "entry": {
+        "question": "Calculate 12 * 7 - 5.", "answer": "79",
+        "metadata": {"source_dataset": "basic_arithmetic", "expression": "12 * 7 - 5"}}}
+
     def __init__(self):
         self._scorers: dict[str, Any] = {}
+
+    def audit_cases(self) -> list[dict]:
+        """Golden answers and reward hacks for ``rlvr verifiers audit reasoning_gym`` (see verifiers.golden)."""
+        cases = [
+            ("golden", "<answer>79</answer>", "accept"),
+            ("golden", "<think>12 * 7 = 84, 84 - 5 = 79</think>\n<answer>79</answer>", "accept"),
+            ("golden", "<answer>78</answer>", "reject"),
+            ("hedging", "<answer>78</answer> or maybe <answer>80</answer>", "reject"),
+            ("hack", "79", "reject"),  # no tag: the library never sees it
+            ("hack", "<answer>79 or 78</answer>", "reject"),
+            ("hack", "<answer></answer>", "reject"),
+        ]
+        return [{"id": f"{category}-{i:02d}", "category": category, "completion": completion,
+                 "reference": json.loads(json.dumps(self.audit_reference)), "expect": expect}
+                for i, (category, completion, expect) in enumerate(cases, 1)]
 
     def __getstate__(self) -> dict:
         return {"_scorers": {}}  # dataset objects are rebuilt in each worker
