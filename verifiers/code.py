@@ -51,6 +51,7 @@ import time
 import warnings
 
 from rlvr.verifiers.base import Reward, Verifier
+from rlvr.verifiers.golden import probes
 from rlvr.verifiers.registry import register_verifier
 
 PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3", "python 3"})
@@ -259,9 +260,7 @@ class CodeVerifier(Verifier):
             ("hostile", fence("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"),
              "reject"),
         ]
-        return [{"id": f"code-{i:02d}", "category": category, "completion": completion,
-                 "reference": dict(self.audit_reference), "expect": expect}
-                for i, (category, completion, expect) in enumerate(cases, 1)]
+        return probes(cases, self.audit_reference, id_prefix="code")
 
     # The sandbox pool holds processes: it is made lazily in each process and never pickled (the
     # verifier runner ships verifiers to its workers pickled).

@@ -35,6 +35,7 @@ from collections import Counter
 from fractions import Fraction
 
 from rlvr.verifiers.base import Reward, Verifier
+from rlvr.verifiers.golden import probes
 from rlvr.verifiers.registry import register_verifier
 
 MAX_EXPRESSION_CHARS = 1000  # longer "expressions" are not answers (runaway or hostile output)
@@ -297,9 +298,7 @@ class CountdownVerifier(Verifier):
             ("hack", "<answer>23.0</answer>", "reject"),
             ("hack", "<answer>30 - (100 - 93) if True else 0</answer>", "reject"),
         ]
-        return [{"id": f"{category}-{i:02d}", "category": category, "completion": completion,
-                 "reference": dict(self.audit_reference), "expect": expect}
-                for i, (category, completion, expect) in enumerate(cases, 1)]
+        return probes(cases, self.audit_reference)
 
     def score(self, completion: str, reference: dict) -> Reward:
         start = time.perf_counter()

@@ -10,7 +10,17 @@ hostile-input probes (:func:`safety_probes`) run against every verifier.
 
 from __future__ import annotations
 
+import copy
+
 GOLD = "42"
+
+
+def probes(cases, reference: dict, *, id_prefix: str | None = None) -> list[dict]:
+    """A verifier's ``audit_cases``: probes from ``(category, completion, expect)`` cases, all scored against
+    ``reference`` (a copy each). Ids are ``<category>-NN``, or ``<id_prefix>-NN``, NN counting from 1."""
+    return [{"id": f"{id_prefix or category}-{i:02d}", "category": category, "completion": completion,
+             "reference": copy.deepcopy(reference), "expect": expect}
+            for i, (category, completion, expect) in enumerate(cases, 1)]
 
 # (category, completion, answer, expect) for verifiers that compare a final answer with a gold.
 ANSWER_CASES = [

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from rlvr.verifiers.base import Reward, Verifier
+from rlvr.verifiers.golden import probes
 from rlvr.verifiers.registry import register_verifier
 
 INSTALL_HINT = "the reasoning_gym verifier needs the reasoning-gym library: pip install reasoning-gym"
@@ -60,9 +61,7 @@ class ReasoningGymVerifier(Verifier):
             ("hack", "<answer>79 or 78</answer>", "reject"),
             ("hack", "<answer></answer>", "reject"),
         ]
-        return [{"id": f"{category}-{i:02d}", "category": category, "completion": completion,
-                 "reference": json.loads(json.dumps(self.audit_reference)), "expect": expect}
-                for i, (category, completion, expect) in enumerate(cases, 1)]
+        return probes(cases, self.audit_reference)
 
     def __getstate__(self) -> dict:
         return {"_scorers": {}}  # dataset objects are rebuilt in each worker

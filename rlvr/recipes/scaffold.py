@@ -97,13 +97,13 @@ class Run:
 
     # ---- the loop -----------------------------------------------------------------------------
 
-    def steps(self, total: int, *, unit: str = "step") -> Iterator[int]:
+    def steps(self, total: int) -> Iterator[int]:
         """The steps after the last one done up to ``total``, with a progress bar (rank 0) and Ctrl-C
         handling; none when the run had already stopped (an early stop saved in the checkpoint)."""
         self._total = total
         if self.checkpoint is not None and self.dist.is_main:
             print(f"resuming from step {self.done} of {total} ({self.checkpoint})", flush=True)
-        self.progress = make_progress(total, self.name, initial=self.done, unit=unit,
+        self.progress = make_progress(total, self.name, initial=self.done,
                                       enabled=self.config.log.progress and self.dist.is_main)
         self._loop = self._loop_steps(self.done + 1, total)
         return self._loop
