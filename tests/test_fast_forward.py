@@ -28,10 +28,53 @@ def _qwen2_gqa(seed: int = 0):
     return Qwen2ForCausalLM(config)
 
 
-@pytest.fixture(params=["llama", "qwen2-gqa-bias"])
-def model(request, tiny_model):
+def _mistral_head_dim(seed: int = 0):
+    """Mistral with an explicit head_dim (12, where hidden / heads is 8), grouped-query attention and
+    no sliding window; untied embeddings."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=12, max_position_embeddings=64,
+                           sliding_window=None, pad_token_id=0)
+    torch.manual_seed(seed)
+    return MistralForCausalLM(config)
+
+
+def _llama_rope_scaling(seed: int = 0):
+    """Llama 3's rope scaling (frequency-dependent), over a short original context so that it bites."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8}
+    config = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=1, max_position_embeddings=64, rope_parameters=rope,
+                         tie_word_embeddings=False, pad_token_id=0)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
+
+
+ARCHITECTURES = {  # every architecture model.forward: auto runs, and the variants of their configs
+    "llama-tied": None,  # the tiny model: tied embeddings
+    "qwen2-gqa-bias": _qwen2_gqa,
+    "mistral-head-dim": _mistral_head_dim,
+    "llama3-rope-scaling": _llama_rope_scaling,
+}
+
+
+@pytest.fixture(params=["grouped", "kernel"])
+def attention(request, monkeypatch):
+    """The fast forward's two attention paths: grouped matmuls (short rows on the CPU) and torch's
+    fused kernel (long rows, and always on an accelerator), forced here on the tests' short rows."""
+    monkeypatch.setattr(fast_forward, "SDPA_MIN_SCORES", 10**9 if request.param == "grouped" else 0)
+    return request.param
+
+
+@pytest.fixture(params=list(ARCHITECTURES))
+def model(request, tiny_model, attention):
     torch.manual_seed(0)
-    m = load_policy(tiny_model) if request.param == "llama" else _qwen2_gqa()
+    build = ARCHITECTURES[request.param]
+    m = load_policy(tiny_model) if build is None else build()
+    assert fast_forward.supports(m)
     with torch.no_grad():  # sharper logits than a random init's: differences cannot hide in a flat softmax
         for p in m.parameters():
             p.mul_(2.0)

@@ -170,3 +170,66 @@ def test_no_grad_logprobs_are_the_graph_pass_s_values_and_a_later_graph_can_use_
     (logp * ref * response).sum().backward()
     assert all(p.grad is not None for p in policy.parameters())
     policy.zero_grad()
+
+
+def _architecture(name: str, tiny_model):
+    from transformers import GPT2Config, GPT2LMHeadModel, Qwen3Config, Qwen3ForCausalLM
+
+    from rlvr.modeling.loading import load_policy
+
+    torch.manual_seed(0)
+    if name in ("llama-auto", "llama-hf"):
+        return load_policy(tiny_model, forward=name.split("-")[1])
+    if name == "qwen3":  # query/key norms: the model's own forward, its decoder's states
+        return Qwen3ForCausalLM(Qwen3Config(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2, pad_token_id=0))
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=40, resid_pdrop=0.0, embd_pdrop=0.0,
+                                      attn_pdrop=0.0, bos_token_id=1, eos_token_id=2))  # whole logits
+
+
+@pytest.mark.parametrize("name", ["llama-auto", "llama-hf", "qwen3", "gpt2"])
+def test_logprobs_in_one_token_chunks_equal_the_whole_logits_values_and_gradients(name, tiny_model):
+    """Log-probs and entropies (with an entropy gradient) from the decoder's states, one token's
+    logits at a time, against log_softmax over the same pass's whole logits (float64); a token that
+    is not scored gets 0. (The shared-prompt pass against whole rows: the tests above, to the
+    float32 rounding of the model's rotary tables.)"""
+    from rlvr.modeling.logprobs import chunk_tokens, output_head, set_logits_chunk
+
+    model = _architecture(name, tiny_model).double().train()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(2.0)
+    assert (output_head(model) is None) == (name == "gpt2")
+    set_logits_chunk(model, 1e-6)
+    assert chunk_tokens(model, model.config.vocab_size) == 1
+    ids, mask, response, length = _rows(model.config.pad_token_id or 0)
+    scored = response.bool()
+    weights = torch.linspace(-1.0, 2.0, steps=length * len(ids), dtype=torch.float64).view(len(ids), length)
+
+    def run(fn):
+        model.zero_grad()
+        logp, entropy = fn()
+        ((logp * weights + 0.3 * entropy * weights.flip(0)) * response).sum().backward()
+        return logp.detach(), entropy.detach(), [p.grad.clone() for p in model.parameters()]
+
+    def whole():
+        log_probs = torch.log_softmax(completion_logits(model, ids, mask, length), -1)
+        return log_probs.gather(2, ids[:, -length:, None]).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
+
+    chunked = run(lambda: completion_logprobs(model, ids, mask, length, with_entropy=True, entropy_grad=True))
+    expected = run(whole)
+    for a, b in zip(chunked[:2], expected[:2]):
+        torch.testing.assert_close(a[scored], b[scored], rtol=1e-10, atol=1e-10)
+    if name != "gpt2":
+        assert (chunked[0][~scored] == 0).all() and (chunked[1][~scored] == 0).all()
+    for a, b in zip(chunked[2], expected[2]):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+def test_the_configs_default_chunk_budget_is_the_modules():
+    from rlvr.config.sections import ModelConfig
+    from rlvr.modeling.logprobs import DEFAULT_LOGITS_CHUNK_MB, set_logits_chunk
+
+    assert ModelConfig().logits_chunk_mb == DEFAULT_LOGITS_CHUNK_MB
+    with pytest.raises(ValueError, match="logits_chunk_mb must be >= 0"):
+        set_logits_chunk(torch.nn.Linear(1, 1), -1)

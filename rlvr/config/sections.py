@@ -74,6 +74,10 @@ class ModelConfig(Section):
     forward: Literal["auto", "hf"] = Field(
         "auto", description="auto: rlvr's shared-prompt forward (rlvr/modeling/fast_forward.py) for the architectures it "
         "supports (llama, mistral, qwen2), the model's own otherwise; hf: always the model's own (transformers) forward")
+    logits_chunk_mb: float = Field(
+        256, ge=0, description="the most memory (MiB) one chunk of float32 logits may take in a log-prob pass: longer "
+        "passes compute log-probs a chunk of tokens at a time and recompute each chunk's logits in the backward "
+        "(rlvr/modeling/chunked_logprobs.py); 0: whole logits at once")
 
 
 class TaskConfig(Section):

@@ -29,6 +29,7 @@ Row layout: rows ``[B = D * G]`` are grouped by prompt, ``G`` consecutive rows p
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -56,32 +57,64 @@ def use_model_forward(model) -> None:
 
 def supports(model) -> bool:
     """Whether :func:`encode_prompts` / :func:`forward_rows` can run ``model`` exactly."""
+    return unsupported_reason(model) is None
+
+
+def unsupported_reason(model) -> str | None:
+    """Why rlvr's forward cannot run ``model`` exactly (None: it can)."""
     if getattr(model, _OFF, False):
-        return False
+        return "model.forward: hf"
     from transformers import PreTrainedModel  # a peft wrapper is not one: its layers compute something else
 
     config = getattr(model, "config", None)
     inner = getattr(model, "model", None)
-    if not isinstance(model, PreTrainedModel) or getattr(config, "model_type", None) not in SUPPORTED_TYPES:
-        return False
+    if not isinstance(model, PreTrainedModel):
+        return f"{type(model).__name__} is not a transformers model (LoRA adapters run on the model's own forward)"
+    if _sharded(model):
+        return "FSDP2-sharded parameters (its own forward reads whole weights)"
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_TYPES:
+        return f"architecture {model_type!r} (rlvr's forward runs {', '.join(SUPPORTED_TYPES)})"
     if not all(hasattr(inner, name) for name in ("embed_tokens", "layers", "norm", "rotary_emb")):
-        return False
+        return "the decoder lacks embed_tokens, layers, norm or rotary_emb"
     if getattr(config, "hidden_act", None) != "silu" or getattr(config, "pretraining_tp", 1) != 1:
-        return False
+        return f"activation {getattr(config, 'hidden_act', None)!r} or tensor-parallel pretraining (SiLU, tp 1 only)"
     if getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True):
-        return False
-    if (model.training and getattr(config, "attention_dropout", 0.0)) or training_with_checkpointing(model):
-        return False
+        return f"sliding-window attention (window {config.sliding_window}): rlvr's forward attends to every earlier token"
+    if model.training and getattr(config, "attention_dropout", 0.0):
+        return "attention dropout while training"
+    if training_with_checkpointing(model):
+        return "gradient checkpointing while training (its forward keeps no cache)"
     if not hasattr(model, "lm_head") or type(model.lm_head) is not torch.nn.Linear:
-        return False
+        return "the output layer is not a plain Linear"
     for layer in inner.layers:
         attn, mlp = layer.self_attn, layer.mlp
         for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
             if type(proj) is not torch.nn.Linear:  # a LoRA or quantised layer computes something else
-                return False
+                return f"a projection is a {type(proj).__name__}, not a plain Linear (LoRA or quantised)"
         if hasattr(attn, "q_norm") or hasattr(attn, "k_norm"):
-            return False
-    return True
+            return "query/key norms in attention"
+    return None
+
+
+def _sharded(model) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+@contextlib.contextmanager
+def model_forward_only(model):
+    """Inside the ``with``, every pass over ``model`` uses its own forward (as :func:`use_model_forward`)."""
+    before = getattr(model, _OFF, None)
+    setattr(model, _OFF, True)
+    try:
+        yield model
+    finally:
+        if before is None:
+            delattr(model, _OFF)
+        else:
+            setattr(model, _OFF, before)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,13 +158,16 @@ class RowCache:
 # ---------------------------------------------------------------------------------------------
 
 
-def encode_prompts(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, group: int) -> tuple[torch.Tensor, PromptCache]:
+def encode_prompts(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, group: int,
+                   states: bool = False) -> tuple[torch.Tensor, PromptCache]:
     """Run ``D`` left-padded prompts ``[D, W]``; returns the logits of each prompt's last position
-    ``[D, V]`` (they predict its rows' first token) and the prompts' :class:`PromptCache`."""
+    ``[D, V]`` (they predict its rows' first token; with ``states`` its final normed hidden state
+    ``[D, hidden]`` instead, which the output layer turns into those logits) and the prompts'
+    :class:`PromptCache`."""
     section, cache, positions = _prompt_section(_dtype(model), input_ids, attention_mask, group)
     hidden = _run(model, [section], [input_ids], [positions])
     num, width = input_ids.shape
-    last = _final_logits(model, hidden.view(num, width, -1)[:, -1])  # left padding: every prompt ends at column W - 1
+    last = _final(model, hidden.view(num, width, -1)[:, -1], states)  # left padding: every prompt ends at column W - 1
     return last, cache
 
 
@@ -149,16 +185,17 @@ def forward_rows(model, input_ids: torch.Tensor, prompts: PromptCache, rows: Row
     hidden = _run(model, [section], [input_ids], [positions])
     if rows is not None:
         rows.length += input_ids.shape[1]
-    return section.tokens.unpack(_final_logits(model, hidden))
+    return section.tokens.unpack(_final(model, hidden))
 
 
 def forward_prompts_and_rows(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, input_ids: torch.Tensor,
-                             needed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                             needed: torch.Tensor | None = None, states: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`encode_prompts`, then :func:`forward_rows` without a row buffer (a training pass), as
     one pass: ``(last [D, V], logits [B, L, V])`` for ``D`` prompts and ``B = D * G`` rows. The
     prompts' tokens and the rows' go through each layer's norms, projections and MLP together (one
     operator where two passes run two); attention runs per section, the rows' on the keys that the
-    prompts' section has just computed in the same layer."""
+    prompts' section has just computed in the same layer. With ``states``, final normed hidden states
+    instead of logits (``[D, hidden]``, ``[B, L, hidden]``)."""
     num, width = prompt_ids.shape
     if len(input_ids) % num:
         raise ValueError(f"forward_prompts_and_rows: {len(input_ids)} rows for {num} prompts")
@@ -167,7 +204,7 @@ def forward_prompts_and_rows(model, prompt_ids: torch.Tensor, prompt_mask: torch
     rows_section, row_positions = _rows_section(dtype, input_ids, cache, None, needed)
     hidden = _run(model, [prompt_section, rows_section], [prompt_ids, input_ids], [prompt_positions, row_positions])
     prompt_hidden, row_hidden = hidden.split([num * width, rows_section.tokens.size])
-    logits = _final_logits(model, torch.cat([prompt_hidden.view(num, width, -1)[:, -1], row_hidden]))
+    logits = _final(model, torch.cat([prompt_hidden.view(num, width, -1)[:, -1], row_hidden]), states)
     last, row_logits = logits.split([num, rows_section.tokens.size])
     return last, rows_section.tokens.unpack(row_logits)
 
@@ -310,6 +347,8 @@ def _attention(w: _Shapes, index: int, q: torch.Tensor, k: torch.Tensor, v: torc
     rep = heads // kv
     if tokens.index is not None:  # one scatter to the [B, L] grid for all three
         q, k, v = tokens.unpack(torch.cat([q, k, v], dim=1)).split([heads, kv, kv], dim=2)
+    if _kernel_attention(section, q):
+        return tokens.pack(_sdpa(w, index, q, k, v, section))
     # [B, L, n, d] -> [D, kv, G, n/kv * L, d]: a group's rows side by side under each kv head
     q = q.reshape(num, group, length, kv, rep, dim).permute(0, 3, 1, 4, 2, 5).reshape(num, kv, group, rep * length, dim)
     k = k.reshape(num, group, length, kv, dim).permute(0, 3, 1, 2, 4)  # [D, kv, G, L, d]
@@ -340,6 +379,65 @@ def _attention(w: _Shapes, index: int, q: torch.Tensor, k: torch.Tensor, v: torc
         out = torch.matmul(probs, v)
     # [D, kv, G, rep*L, d] -> [B, L, heads * d] -> the section's tokens
     return tokens.pack(out.view(num, kv, group, rep, length, dim).permute(0, 2, 4, 1, 3, 5).reshape(count, length, heads * dim))
+
+
+def _kernel_attention(section: _Section, q: torch.Tensor) -> bool:
+    """Whether a section's attention runs torch's fused kernel (:func:`_sdpa`) rather than the grouped
+    matmuls: a training pass (no decoding buffer) on an accelerator, or long enough on the CPU that the
+    full scores would cost more than the kernel (the grouped matmuls win on short rows, where their
+    shared prompt keys save copies and the kernel's fixed cost dominates)."""
+    if section.rows is not None:
+        return False
+    length = section.tokens.length
+    keys = length + (section.prompt.values[0].shape[2] if section.prompt is not None else 0)
+    return q.device.type != "cpu" or length * keys >= SDPA_MIN_SCORES
+
+
+SDPA_MIN_SCORES = 128 * 128  # query x key positions per row from which the CPU runs the fused kernel
+
+
+def _sdpa(w: _Shapes, index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, section: _Section) -> torch.Tensor:
+    """:func:`_attention` by ``torch.nn.functional.scaled_dot_product_attention`` (flash or
+    memory-efficient kernels: the ``[queries, keys]`` scores never exist whole): ``q [B, L, heads,
+    d]``, ``k``/``v [B, L, kv_heads, d]`` (the grid, held flat); returns ``[B, L, heads * d]``.
+
+    Prompts run in one call. Rows run one prompt's G rows per call: a row's keys are its prompt's
+    then its own, and the mask ``[1, 1, L, W + L]`` is the prompt's, shared by its rows and heads (a
+    mask per row would cost G times the memory; a 5-d batch ``[D, G, ...]`` leaves the fused kernels
+    for the math path, measured 2x slower and 2 GB hungrier at 16 x 1,024 tokens)."""
+    num, group = section.groups
+    count, length = section.tokens.count, section.tokens.length
+    heads, kv, dim = w.heads, w.kv_heads, w.head_dim
+    q = q.view(count, length, heads, dim).transpose(1, 2)  # [B, n, L, d]
+    k = k.view(count, length, kv, dim).transpose(1, 2)
+    v = v.view(count, length, kv, dim).transpose(1, 2)
+    own = section.own_bias  # [L, L], or [D, 1, 1, 1, L, L] for prompts
+    if section.prompt is None:  # prompts (G = 1): keep [D, kv, d, W] and [D, kv, W, d], as the grouped path does
+        section.keep.keys.append(k.transpose(-1, -2).contiguous())
+        section.keep.values.append(v.contiguous())
+        bias = own.view(num, 1, length, length) if own is not None else None
+        return _kernel(w, q, k, v, bias).transpose(1, 2).reshape(count, length, heads * dim)
+    prompt = section.prompt
+    keys, values = prompt.keys[index].transpose(-1, -2), prompt.values[index]  # [D, kv, W, d]
+    width = values.shape[2]
+    own = own.view(1, 1, length, length) if own is not None else q.new_zeros(1, 1, length, length)
+    out = []
+    for p in range(num):
+        rows = slice(p * group, (p + 1) * group)
+        past = prompt.key_bias[p].view(1, 1, 1, width).expand(1, 1, length, width)
+        out.append(_kernel(w, q[rows], torch.cat([keys[p].expand(group, kv, width, dim), k[rows]], dim=2),
+                           torch.cat([values[p].expand(group, kv, width, dim), v[rows]], dim=2),
+                           torch.cat([past, own], dim=-1)))
+    return torch.cat(out).transpose(1, 2).reshape(count, length, heads * dim)
+
+
+def _kernel(w: _Shapes, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``softmax(q k^T * scale + bias) v`` for ``q [b, heads, L, d]`` and ``k``/``v [b, kv_heads, S, d]``
+    (query heads h share key/value head h // (heads / kv_heads))."""
+    if w.heads > w.kv_heads:
+        k, v = k.repeat_interleave(w.heads // w.kv_heads, dim=1), v.repeat_interleave(w.heads // w.kv_heads, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype) if bias is not None else None,
+                                          scale=w.scale)
 
 
 def _softmax(scores: torch.Tensor) -> torch.Tensor:
@@ -382,5 +480,7 @@ def _bias(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
 
 
-def _final_logits(model, hidden: torch.Tensor) -> torch.Tensor:
-    return model.lm_head(_rms_norm(hidden, model.model.norm))
+def _final(model, hidden: torch.Tensor, states: bool = False) -> torch.Tensor:
+    """The logits of the last layer's hidden states, or with ``states`` the normed states themselves."""
+    normed = _rms_norm(hidden, model.model.norm)
+    return normed if states else model.lm_head(normed)

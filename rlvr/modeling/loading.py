@@ -16,7 +16,8 @@ from typing import Any, Iterator
 
 import torch
 
-from rlvr.modeling import fast_forward
+from rlvr.modeling.forward_choice import choose_forward
+from rlvr.modeling.logprobs import DEFAULT_LOGITS_CHUNK_MB, set_logits_chunk
 from rlvr.verifiers.errors import MissingFileError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -79,17 +80,19 @@ def load_policy(
     gradient_checkpointing: bool = False,
     adapter_path: str | Path | None = None,
     forward: str = "auto",
+    logits_chunk_mb: float = DEFAULT_LOGITS_CHUNK_MB,
 ):
     """The trainable policy: all weights, or LoRA adapters when ``lora`` is given.
 
     ``lora`` holds peft ``LoraConfig`` fields (``r``, ``alpha``, ``dropout``, ``target_modules``).
     ``adapter_path`` reloads saved adapters (resume). ``forward="hf"`` keeps every pass on the model's
-    own forward (``model.forward``; see :mod:`rlvr.modeling.fast_forward`).
+    own forward (``model.forward``; see :mod:`rlvr.modeling.fast_forward`); ``logits_chunk_mb`` bounds
+    the logits its log-prob passes hold at once (``model.logits_chunk_mb``; see :mod:`rlvr.modeling.logprobs`).
     """
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(check_model_folder(path)), dtype=resolve_dtype(dtype)).to(device)
-    _choose_forward(model, forward)
+    _choose_passes(model, forward, logits_chunk_mb)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
@@ -124,14 +127,12 @@ def load_run_policy(model_config, device, checkpoint: Path | None):
         path, adapter = model_config.path, Path(checkpoint) / "model"
     return load_policy(path, dtype=model_config.dtype, device=str(device), lora=lora,
                        gradient_checkpointing=model_config.gradient_checkpointing, adapter_path=adapter,
-                       forward=model_config.forward)
+                       forward=model_config.forward, logits_chunk_mb=model_config.logits_chunk_mb)
 
 
-def _choose_forward(model, forward: str) -> None:
-    if forward == "hf":
-        fast_forward.use_model_forward(model)
-    elif forward != "auto":
-        raise ValueError(f"model.forward must be 'auto' or 'hf', got {forward!r}")
+def _choose_passes(model, forward: str, logits_chunk_mb: float) -> None:
+    choose_forward(model, forward)
+    set_logits_chunk(model, logits_chunk_mb)
 
 
 def is_lora(model) -> bool:
@@ -146,14 +147,14 @@ class Reference:
     """
 
     def __init__(self, policy, *, needed: bool, path: str | Path, dtype: str = "float32", device: str = "cpu",
-                 forward: str = "auto"):
+                 forward: str = "auto", logits_chunk_mb: float = DEFAULT_LOGITS_CHUNK_MB):
         self.needed = needed
         self._frozen = None
         if needed and not is_lora(policy):
             from transformers import AutoModelForCausalLM
 
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype)).to(device)
-            _choose_forward(model, forward)
+            _choose_passes(model, forward, logits_chunk_mb)
             self._frozen = model.eval().requires_grad_(False)
         self._policy = policy
 

@@ -6,18 +6,30 @@ its forward pass: the distinct prompts run once, their key/value cache is indexe
 completions run per row. That is the same function of the weights as running every row whole, with
 fewer tokens through the model (:func:`completion_logits`). Models that :mod:`rlvr.modeling.fast_forward`
 supports run its shared-prompt forward for this (the prompts' keys are not even copied per row).
+
+Where the logits are the output layer applied to the decoder's final hidden states (``output_head``:
+Llama, Mistral, Qwen2, Qwen3), the passes stop at those states and
+:mod:`rlvr.modeling.chunked_logprobs` turns them into log-probs a chunk of tokens at a time, so the
+whole ``[rows, tokens, vocabulary]`` logits never exist: at most ``model.logits_chunk_mb`` of them
+(:func:`set_logits_chunk`) at once, and only for the completion tokens that are scored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 
 import torch
 
 from rlvr.modeling import fast_forward
+from rlvr.modeling.chunked_logprobs import token_logprobs
 from rlvr.modeling.fast_forward import training_with_checkpointing
 from rlvr.algorithms.losses import entropy_from_log_probs
+
+HIDDEN_STATE_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # logits = lm_head(decoder output), nothing after
+DEFAULT_LOGITS_CHUNK_MB = 256
+_CHUNK = "_rlvr_logits_chunk_mb"  # the attribute set_logits_chunk sets on a model
 
 
 def collate_completions(prompts: Sequence[list[int]], completions: Sequence[list[int]], pad_id: int):
@@ -62,12 +74,44 @@ def completion_logprobs(
     return logp[inverse], (entropy[inverse] if entropy is not None else None)
 
 
+def set_logits_chunk(model, megabytes: float) -> None:
+    """The most memory one chunk of float32 logits may take in ``model``'s log-prob passes
+    (``model.logits_chunk_mb``); 0 computes each pass's logits whole."""
+    if megabytes < 0:
+        raise ValueError(f"model.logits_chunk_mb must be >= 0, got {megabytes}")
+    setattr(model, _CHUNK, megabytes)
+
+
+def chunk_tokens(model, vocab: int) -> int:
+    """Tokens per chunk of logits under ``model``'s budget (0: no chunking)."""
+    megabytes = getattr(model, _CHUNK, DEFAULT_LOGITS_CHUNK_MB)
+    return max(1, int(megabytes * 2**20) // (4 * vocab)) if megabytes > 0 else 0
+
+
+def output_head(model) -> torch.nn.Linear | None:
+    """The output layer when a model's logits are exactly that layer applied to its decoder's final
+    hidden states (a known architecture; a plain ``Linear``, not a LoRA or saved-module wrapper), else None."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(getattr(base, "config", None), "model_type", None) not in HIDDEN_STATE_TYPES:
+        return None
+    head = base.get_output_embeddings()
+    return head if type(head) is torch.nn.Linear else None
+
+
 def _logprobs(model, input_ids, attention_mask, completion_len, temperature, with_entropy, entropy_grad):
+    targets = input_ids[:, -completion_len:]
+    head = output_head(model)
+    if head is not None:
+        hidden = completion_states(model, input_ids, attention_mask, completion_len, states=True)  # [B, T, H]
+        scored = attention_mask[:, -completion_len:].bool()  # only real completion tokens reach the output layer
+        logp, entropy = token_logprobs(hidden[scored], head.weight, head.bias, targets[scored], temperature,
+                                       chunk_tokens(model, head.out_features), with_entropy, entropy_grad)
+        grid = scored.new_zeros(scored.shape, dtype=logp.dtype)  # 0 where a token is not scored
+        return grid.masked_scatter(scored, logp), (grid.masked_scatter(scored, entropy) if with_entropy else None)
     logits = completion_logits(model, input_ids, attention_mask, completion_len)  # [B, T, V]
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # half precision up; float64 stays
     if temperature != 1.0:
         logits = logits / temperature
-    targets = input_ids[:, -completion_len:]
     log_probs = torch.log_softmax(logits, dim=-1)  # [B, T, V], shared by logp and the entropy
     logp = torch.gather(log_probs, 2, targets.unsqueeze(-1)).squeeze(-1)
     entropy = None
@@ -102,7 +146,15 @@ def first_seen(inverse: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.T
 
 
 def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
-    """``[B, T, V]`` logits that predict the T completion tokens (position W - 1 + t predicts token t).
+    """``[B, T, V]`` logits that predict the T completion tokens (position W - 1 + t predicts token t):
+    :func:`completion_states` with ``states=False``."""
+    return completion_states(model, input_ids, attention_mask, completion_len, states=False)
+
+
+def completion_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int,
+                      states: bool) -> torch.Tensor:
+    """``[B, T, V]`` logits that predict the T completion tokens, or with ``states`` the decoder's
+    final hidden states ``[B, T, hidden]`` from which :func:`output_head` computes those logits.
 
     When rows share prompts (same ids, same padding; at most 3/4 of the rows' prompts distinct), the
     distinct prompts run once with a KV cache and the rows' completions run on top of their prompt's
@@ -115,16 +167,16 @@ def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     distinct, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)
     # Two passes cost more fixed overhead than one: share only when it saves a quarter of the prompts.
     if width == 0 or 4 * len(distinct) > 3 * len(input_ids) or training_with_checkpointing(model):
-        return _whole_rows(model, input_ids, attention_mask, completion_len)
+        return _whole_rows(model, input_ids, attention_mask, completion_len, states)
     if fast_forward.supports(model):
         _, rank = first_seen(row_prompt, len(distinct))  # prompts in row order: a batch of whole groups needs no reordering
         prompts = torch.empty_like(distinct).index_copy_(0, rank, distinct)
         return _fast_shared_prompts(model, prompts, rank[row_prompt], input_ids[:, width:], attention_mask[:, width:],
-                                    completion_len)
+                                    completion_len, states)
     prompt_mask = distinct[:, width:]
-    head = model(input_ids=distinct[:, :width], attention_mask=prompt_mask, position_ids=position_ids(prompt_mask),
-                 use_cache=True, logits_to_keep=1)
-    first = head.logits[row_prompt]  # [B, 1, V]: the prompt's last position predicts completion token 0
+    first, head = _model_pass(model, states, 1, input_ids=distinct[:, :width], attention_mask=prompt_mask,
+                              position_ids=position_ids(prompt_mask), use_cache=True)
+    first = first[row_prompt]  # [B, 1, V]: the prompt's last position predicts completion token 0
     if completion_len == 1:
         return first
     cache = output_cache(head)
@@ -133,13 +185,36 @@ def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     tail_ids = input_ids[:, width : width + completion_len - 1]
     prompt_len = attention_mask[:, :width].sum(dim=1, keepdim=True)
     tail_positions = prompt_len + torch.arange(completion_len - 1, device=input_ids.device)
-    tail = model(input_ids=tail_ids, attention_mask=attention_mask[:, : width + completion_len - 1],
-                 position_ids=tail_positions, use_cache=True, **{cache_argument(model): cache})
-    return torch.cat([first, tail.logits], dim=1)
+    tail, _ = _model_pass(model, states, completion_len - 1, input_ids=tail_ids,
+                          attention_mask=attention_mask[:, : width + completion_len - 1], position_ids=tail_positions,
+                          use_cache=True, **{cache_argument(model): cache})
+    return torch.cat([first, tail], dim=1)
+
+
+def _model_pass(model, states: bool, keep: int, **inputs) -> tuple[torch.Tensor, object]:
+    """The model's own forward: ``(the last keep positions' logits, or with states the final hidden
+    states from which its output layer computes them; the output)``."""
+    with _output_layer_off(model) if states else contextlib.nullcontext():
+        out = model(**inputs, logits_to_keep=keep)
+    return out.logits, out
+
+
+@contextlib.contextmanager
+def _output_layer_off(model):
+    """Inside the ``with``, the model's output layer passes its input through: its forward returns the
+    final hidden states as ``logits``. The whole forward still runs through the model's own entry
+    point (a peft wrapper's, a sharded root's hooks), which a call to the decoder alone would skip."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    head = base.get_output_embeddings()
+    base.set_output_embeddings(torch.nn.Identity())
+    try:
+        yield
+    finally:
+        base.set_output_embeddings(head)
 
 
 def _fast_shared_prompts(model, prompts: torch.Tensor, row_prompt: torch.Tensor, completions: torch.Tensor,
-                         completion_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
+                         completion_mask: torch.Tensor, completion_len: int, states: bool) -> torch.Tensor:
     """:func:`completion_logits` by :mod:`rlvr.modeling.fast_forward`: ``prompts`` ``[D, 2W]`` (ids | mask),
     ``row_prompt`` [B] each row's prompt, ``completions`` and their mask ``[B, T]``.
 
@@ -160,19 +235,21 @@ def _fast_shared_prompts(model, prompts: torch.Tensor, row_prompt: torch.Tensor,
     if completion_len > 1:  # prompts and rows in one pass
         last, tail = fast_forward.forward_prompts_and_rows(model, prompts[:, :width], prompts[:, width:],
                                                            completions[:, : completion_len - 1],
-                                                           needed=completion_mask[:, 1:completion_len].bool())
+                                                           needed=completion_mask[:, 1:completion_len].bool(),
+                                                           states=states)
     else:  # the prompt's last position predicts the only token
-        last, _ = fast_forward.encode_prompts(model, prompts[:, :width], prompts[:, width:], group)
+        last, _ = fast_forward.encode_prompts(model, prompts[:, :width], prompts[:, width:], group, states)
         tail = last.new_zeros(cells, 0, last.shape[-1])
     first = last[:, None].expand(-1, group, -1).reshape(cells, 1, -1)  # backward: a sum over the group
     logits = torch.cat([first, tail], dim=1)
     return logits if in_place else logits[cell]
 
 
-def _whole_rows(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
-                logits_to_keep=completion_len + 1, use_cache=False)
-    return out.logits[:, :-1]
+def _whole_rows(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int,
+                states: bool = False) -> torch.Tensor:
+    out, _ = _model_pass(model, states, completion_len + 1, input_ids=input_ids, attention_mask=attention_mask,
+                         position_ids=position_ids(attention_mask), use_cache=False)
+    return out[:, :-1]
 
 
 def no_grad_logprobs(model, batch, micro_batch_size: int, temperature: float) -> torch.Tensor:

@@ -106,7 +106,8 @@ def load_reward_backbone(config, tokenizer, device: str, adapter_or_weights: Pat
     if config.head == "logprob":
         full = adapter_or_weights if adapter_or_weights is not None and lora is None else config.model.path
         return load_policy(full, dtype=dtype, device=device, lora=lora, adapter_path=adapter_or_weights if lora else None,
-                           gradient_checkpointing=config.model.gradient_checkpointing, forward=config.model.forward)
+                           gradient_checkpointing=config.model.gradient_checkpointing, forward=config.model.forward,
+                           logits_chunk_mb=config.model.logits_chunk_mb)
     from transformers import AutoModelForSequenceClassification
 
     source = adapter_or_weights if adapter_or_weights is not None and lora is None else config.model.path

@@ -25,6 +25,7 @@ import torch
 from rlvr.algorithms.preference import dpo_loss
 from rlvr.config import DPOConfig
 from rlvr.engines import HFEngine, SamplingParams
+from rlvr.modeling.forward_choice import forward_note
 from rlvr.modeling.loading import Reference, load_run_policy, load_tokenizer, save_final_model
 from rlvr.modeling.logprobs import collate_completions, completion_logprobs
 from rlvr.recipes.pairs import fit_pairs, load_pairs, pair_steps
@@ -94,8 +95,11 @@ def train(config: DPOConfig, *, resume: bool = False, overwrite: bool = False) -
         problems = load_suite(ev.task, path=ev.path, split=ev.split, options=ev.options, limit=ev.limit) \
             if ev.task and dist.is_main else []
         policy = load_run_policy(config.model, dist.device, run.checkpoint)
+        if dist.is_main:
+            print(f"forward: {forward_note(policy)}", flush=True)
         reference = Reference(policy, needed=True, path=config.model.path, dtype=config.model.dtype,
-                              device=str(dist.device), forward=config.model.forward)
+                              device=str(dist.device), forward=config.model.forward,
+                              logits_chunk_mb=config.model.logits_chunk_mb)
         pad_id, total = tokenizer.pad_token_id, pair_steps(config.train, len(train_data))
         optimizer, scheduler = optimizer_from_config(policy.parameters(), config.optim, total)
         engine, encode = HFEngine(policy, tokenizer), PromptEncoder(tokenizer)

@@ -26,6 +26,7 @@ import torch
 from rlvr.engines import SamplingParams
 from rlvr.engines.base import call_optional
 from rlvr.engines.weight_sync import start_engine
+from rlvr.modeling.forward_choice import forward_note
 from rlvr.modeling.loading import Reference, context_length, load_run_policy, load_tokenizer
 from rlvr.recipes.scaffold import Run
 from rlvr.recipes.step_metrics import progress_postfix, run_summary, step_metrics
@@ -88,8 +89,11 @@ class RLRun(Run):
         self.sampler = RankSampler(ProblemSampler(self.suites, weights, seed=config.train.seed), dist.rank,
                                    dist.world_size)
         self.policy = load_run_policy(config.model, dist.device, self.checkpoint)
+        if dist.is_main:
+            print(f"forward: {forward_note(self.policy)}", flush=True)
         self.reference = Reference(self.policy, needed=config.algorithm.beta > 0, path=config.model.path,
-                                   dtype=config.model.dtype, device=str(dist.device), forward=config.model.forward)
+                                   dtype=config.model.dtype, device=str(dist.device), forward=config.model.forward,
+                                   logits_chunk_mb=config.model.logits_chunk_mb)
         self.engine, self.sync = start_engine(config.engine, self.policy, self.tokenizer, dtype=config.model.dtype,
                                               context=context)
         self.cleanup(lambda: call_optional(self.engine, "close"))

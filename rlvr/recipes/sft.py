@@ -18,6 +18,7 @@ from typing import Any
 
 from rlvr.config import SFTConfig
 from rlvr.engines import HFEngine, SamplingParams
+from rlvr.modeling.forward_choice import forward_note
 from rlvr.modeling.loading import load_run_policy, load_tokenizer, save_final_model
 from rlvr.modeling.logprobs import collate_completions, completion_logprobs
 from rlvr.recipes.scaffold import Run
@@ -116,6 +117,8 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
             if eval_task and (ev.every or ev.at_end) and dist.is_main else []
         tokenizer = load_tokenizer(config.model.path)
         model = load_run_policy(config.model, dist.device, run.checkpoint)
+        if dist.is_main:
+            print(f"forward: {forward_note(model)}", flush=True)
         data = _tokenize(tokenizer, sources)
         optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, t.steps)
         engine = HFEngine(model, tokenizer)
