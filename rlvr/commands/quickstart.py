@@ -16,7 +16,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "quickstart", formatter_class=HelpFormatter,
         help="build a tiny model, SFT-bootstrap it, train it with GRPO, print accuracy before -> after",
-        description="The embedded default run (3-4 minutes on an idle 2-core CPU): builds a tiny character-level "
+        description="The embedded default run (5-7 minutes on a busy 2-core CPU, about 3-4 min idle): builds a tiny character-level "
         "model, SFT-bootstraps it on 3-digit addition, trains it with GRPO against the `numeric` verifier, and "
         "prints greedy accuracy on 500 held-out problems before and after. Writes a run folder with the resolved "
         "config, metrics.jsonl, plots, checkpoints and summary.json.",
