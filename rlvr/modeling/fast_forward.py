@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from rlvr.run.sharding import is_sharded
+
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
 _OFF = "_rlvr_model_forward_only"  # the attribute use_model_forward sets on a module
 
@@ -70,7 +72,7 @@ def unsupported_reason(model) -> str | None:
     inner = getattr(model, "model", None)
     if not isinstance(model, PreTrainedModel):
         return f"{type(model).__name__} is not a transformers model (LoRA adapters run on the model's own forward)"
-    if _sharded(model):
+    if is_sharded(model):
         return "FSDP2-sharded parameters (its own forward reads whole weights)"
     model_type = getattr(config, "model_type", None)
     if model_type not in SUPPORTED_TYPES:
@@ -95,12 +97,6 @@ def unsupported_reason(model) -> str | None:
         if hasattr(attn, "q_norm") or hasattr(attn, "k_norm"):
             return "query/key norms in attention"
     return None
-
-
-def _sharded(model) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
 
 
 @contextlib.contextmanager

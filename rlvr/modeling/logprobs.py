@@ -25,6 +25,7 @@ import torch
 from rlvr.modeling import fast_forward
 from rlvr.modeling.chunked_logprobs import token_logprobs
 from rlvr.modeling.fast_forward import training_with_checkpointing
+from rlvr.run.sharding import is_sharded
 from rlvr.algorithms.losses import entropy_from_log_probs
 
 HIDDEN_STATE_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # logits = lm_head(decoder output), nothing after
@@ -166,7 +167,9 @@ def completion_states(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1)
     distinct, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)
     # Two passes cost more fixed overhead than one: share only when it saves a quarter of the prompts.
-    if width == 0 or 4 * len(distinct) > 3 * len(input_ids) or training_with_checkpointing(model):
+    # A sharded model runs whole rows: one forward per pass on every rank (FSDP2's collectives pair up)
+    if width == 0 or 4 * len(distinct) > 3 * len(input_ids) or training_with_checkpointing(model) \
+            or is_sharded(model):
         return _whole_rows(model, input_ids, attention_mask, completion_len, states)
     if fast_forward.supports(model):
         _, rank = first_seen(row_prompt, len(distinct))  # prompts in row order: a batch of whole groups needs no reordering

@@ -17,6 +17,7 @@ import torch
 
 from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss, truncated_importance_weights
 from rlvr.modeling.logprobs import completion_logprobs, no_grad_logprobs
+from rlvr.run.sharding import is_sharded
 from rlvr.rollout.batch import Batch
 from rlvr.run.runtime import Distributed
 
@@ -153,6 +154,7 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
     n = len(batch)
     minibatch_size = math.ceil(n / algo.minibatches)
     params = [p for p in policy.parameters() if p.requires_grad]
+    sharded = is_sharded(policy)
     means, mismatch = TokenMeans(), Mismatch()
     loss_total, pg_total, grad_norms, computed_rows = 0.0, 0.0, [], 0
     for epoch in range(algo.ppo_epochs):
@@ -163,7 +165,10 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
             computed_rows += len(rows)
             counts = global_counts(minibatch, s.dist)
             optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients, no zeroing pass
-            for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():
+            for micro_rows in lockstep(list(rows.split(s.micro_batch_size)) if len(rows) else [], sharded, s.dist):
+                if micro_rows is None:  # a sharded policy: another rank has more micro-batches than this one
+                    (policy_terms(policy, minibatch.select(torch.arange(1)), s, **counts).loss * 0.0).backward()
+                    continue
                 micro = minibatch.select(micro_rows)
                 part = policy_terms(policy, micro, s, **counts)
                 part.loss.backward()
@@ -174,8 +179,9 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
             for p in params:  # no active rows (or a parameter outside the graph): a zero-gradient step
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-            s.dist.sum_gradients(params)
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, s.grad_clip)))
+            if not sharded:  # FSDP2 reduced them in the backward
+                s.dist.sum_gradients(params)
+            grad_norms.append(full_norm(torch.nn.utils.clip_grad_norm_(params, s.grad_clip)))
             optimizer.step()
     steps = len(grad_norms)
     out = means.means()
@@ -188,6 +194,20 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
     })
     out.update(mismatch.metrics())
     return out
+
+
+def lockstep(micro_batches: list, sharded: bool, dist: Distributed) -> list:
+    """The micro-batches this rank runs: its own, then, for a sharded policy, ``None`` up to the most
+    any rank has. FSDP2 all-gathers every layer in each forward and reduce-scatters in each backward,
+    so every rank must make as many passes; a ``None`` is a pass with zero weight (its gradient is 0)."""
+    if not sharded:
+        return micro_batches
+    return micro_batches + [None] * (int(dist.max(len(micro_batches))) - len(micro_batches))
+
+
+def full_norm(norm: torch.Tensor) -> float:
+    """A gradient norm as a float (over a sharded model: the norm of the whole gradient)."""
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
 def global_counts(minibatch: Batch, dist: Distributed) -> dict[str, float]:
