@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rlvr.algorithms.losses import entropy_from_log_probs
+
 
 def token_logprobs(
     hidden: torch.Tensor,  # [N, H] final (normed) hidden states
@@ -60,19 +62,32 @@ def _accumulator(dtype: torch.dtype) -> torch.dtype:
 
 
 def _scaled_logits(hidden, weight, bias, temperature: float) -> torch.Tensor:
-    logits = F.linear(hidden, weight, bias).to(_accumulator(hidden.dtype))
+    return scaled(F.linear(hidden, weight, bias), temperature)
+
+
+def scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Logits upcast to the softmax's dtype and divided by the sampling temperature."""
+    logits = logits.to(_accumulator(logits.dtype))
     return logits / temperature if temperature != 1.0 else logits
 
 
-def _whole(hidden, weight, bias, targets, temperature, with_entropy, entropy_grad):
-    log_probs = torch.log_softmax(_scaled_logits(hidden, weight, bias, temperature), dim=-1)  # [N, V]
-    logp = log_probs.gather(1, targets[:, None]).squeeze(1)
+def logits_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False,
+                    entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(logp [...], entropy [...] | None)`` of ``targets [...]`` from whole logits ``[..., V]`` (in the
+    model's dtype: upcast and divided by the temperature here); the entropy carries a gradient only
+    with ``entropy_grad``."""
+    log_probs = torch.log_softmax(scaled(logits, temperature), dim=-1)  # shared by logp and the entropy
+    logp = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     if not with_entropy:
         return logp, None
     if entropy_grad:
-        return logp, -(log_probs.exp() * log_probs).sum(-1)
-    with torch.no_grad():  # a metric only: no graph through the [N, V] softmax
-        return logp, -(log_probs.exp() * log_probs).sum(-1)
+        return logp, entropy_from_log_probs(log_probs)
+    with torch.no_grad():  # a metric only: no graph through the [..., V] softmax
+        return logp, entropy_from_log_probs(log_probs)
+
+
+def _whole(hidden, weight, bias, targets, temperature, with_entropy, entropy_grad):
+    return logits_logprobs(F.linear(hidden, weight, bias), targets, temperature, with_entropy, entropy_grad)
 
 
 def _chunked_forward(hidden, weight, bias, targets, temperature, chunk, with_entropy, frozen_grads=None):

@@ -23,10 +23,9 @@ import inspect
 import torch
 
 from rlvr.modeling import fast_forward
-from rlvr.modeling.chunked_logprobs import token_logprobs
+from rlvr.modeling.chunked_logprobs import logits_logprobs, token_logprobs
 from rlvr.modeling.fast_forward import training_with_checkpointing
 from rlvr.run.sharding import is_sharded
-from rlvr.algorithms.losses import entropy_from_log_probs
 
 HIDDEN_STATE_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # logits = lm_head(decoder output), nothing after
 DEFAULT_LOGITS_CHUNK_MB = 256
@@ -109,19 +108,9 @@ def _logprobs(model, input_ids, attention_mask, completion_len, temperature, wit
                                        chunk_tokens(model, head.out_features), with_entropy, entropy_grad)
         grid = scored.new_zeros(scored.shape, dtype=logp.dtype)  # 0 where a token is not scored
         return grid.masked_scatter(scored, logp), (grid.masked_scatter(scored, entropy) if with_entropy else None)
-    logits = completion_logits(model, input_ids, attention_mask, completion_len)  # [B, T, V]
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # half precision up; float64 stays
-    if temperature != 1.0:
-        logits = logits / temperature
-    log_probs = torch.log_softmax(logits, dim=-1)  # [B, T, V], shared by logp and the entropy
-    logp = torch.gather(log_probs, 2, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy and entropy_grad:
-        entropy = entropy_from_log_probs(log_probs)
-    elif with_entropy:  # a metric only: no graph through the [B, T, V] softmax
-        with torch.no_grad():
-            entropy = entropy_from_log_probs(log_probs.detach())
-    return logp, entropy
+    # another architecture: whole logits [B, T, V]
+    return logits_logprobs(completion_logits(model, input_ids, attention_mask, completion_len), targets, temperature,
+                           with_entropy, entropy_grad)
 
 
 def distinct_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
