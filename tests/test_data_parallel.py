@@ -156,6 +156,10 @@ def _offline_torchrun(tmp_path, command: str, raw: dict, nproc: int) -> subproce
                            str(config)], capture_output=True, text=True, timeout=240, env=env)
 
 
+#: The offline recipes that take ``train.strategy: fsdp2`` (tested against one process as well).
+SHARDED_COMMANDS = ("sft",)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["dpo", "train-rm", "sft"])
 def test_offline_recipes_on_two_ranks_match_one_process(tiny_model, tmp_path, command):
@@ -168,26 +172,32 @@ def test_offline_recipes_on_two_ranks_match_one_process(tiny_model, tmp_path, co
             for a in range(6) for b in range(6)]
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    final = {}
-    for nproc in (1, 2):
-        out = tmp_path / f"{command}-{nproc}"
+    final, evaluations = {}, {}
+    for nproc, strategy in [(1, "ddp"), (2, "ddp")] + [(2, "fsdp2")] * (command in SHARDED_COMMANDS):
+        out = tmp_path / f"{command}-{nproc}-{strategy}"
+        train = {"batch_size": 9, "micro_batch_size": 2, "threads": 1, "strategy": strategy}  # 5 + 4 rows a step
         raw = {"out": str(out), "model": {"path": str(tiny_model)}, "data": {"path": str(data), "eval_fraction": 0.25},
-               "optim": {"lr": 3e-3}, "train": {"epochs": 2, "batch_size": 9, "micro_batch_size": 2, "threads": 1},
-               "log": {"progress": False, "plot": False}}
+               "optim": {"lr": 3e-3}, "train": {"epochs": 2, **train}, "log": {"progress": False, "plot": False}}
         if command == "sft":  # the arithmetic suite's gold answers, evaluated every 2 steps
             raw.update(data={"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}, "limit": 60},
-                       train={"steps": 6, "batch_size": 9, "micro_batch_size": 2, "threads": 1},
-                       eval={"every": 2, "limit": 10, "max_new_tokens": 3})
+                       train={"steps": 6, **train}, eval={"every": 2, "limit": 10, "max_new_tokens": 3})
         if command == "train-rm":
             raw.update(head="logprob", checkpoint={"every": 0})
         done = _offline_torchrun(tmp_path, command, raw, nproc)
         assert done.returncode == 0, done.stderr[-3000:]
         summary = json.loads((out / "summary.json").read_text())
-        if nproc == 2:
+        if strategy == "fsdp2":
+            assert "sharded over 2 ranks" in done.stdout and "replicas" not in summary
+        elif nproc == 2:
             assert len(set(summary["replicas"]["weights_checksums"])) == 1
+        if nproc == 2:
             assert done.stdout.count("run folder:") == 1  # rank 0 alone speaks and writes
-        final[nproc] = load_file(str(out / "final" / "model.safetensors"))
+        final[nproc, strategy] = load_file(str(out / "final" / "model.safetensors"))
         records = read_metrics(out / "metrics.jsonl")
         assert [r["step"] for r in records if "train/loss" in r] == list(range(1, summary["steps"] + 1))
-    for name, tensor in final[1].items():
-        assert torch.allclose(tensor, final[2][name], atol=2e-5), name
+        evaluations[nproc, strategy] = [{k: v for k, v in r.items() if k.startswith("eval/")} for r in records]
+    for (nproc, strategy), weights in final.items():
+        for name, tensor in final[1, "ddp"].items():
+            assert torch.allclose(tensor, weights[name], atol=2e-5), (nproc, strategy, name)
+    if (2, "fsdp2") in final and command == "sft":  # rank 0's whole copy evaluates what the shards hold
+        assert evaluations[2, "fsdp2"] == evaluations[2, "ddp"]

@@ -285,18 +285,24 @@ def test_rlvr_eval_with_the_vllm_engine_agrees_with_hf_on_greedy_decoding(vllm_m
     assert summaries["vllm"]["accuracy"] == summaries["hf"]["accuracy"]  # same model, same argmax tokens
 
 
-def test_two_ranks_under_torchrun_each_run_their_own_vllm_engine(vllm_model, tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_two_ranks_under_torchrun_each_run_their_own_vllm_engine(vllm_model, tmp_path, strategy):
     """Each rank's in-process engine joins the trainer's process group as external data parallel
     (tensor parallel size 1); vLLM's shutdown must leave that group to the trainer, whose collectives
-    (the replica check) come after the engine is closed."""
+    (the replica check, the gathered final model) come after the engine is closed. Under fsdp2 every
+    rank takes part in gathering each weight, one at a time, and sends it to its own engine."""
     from test_data_parallel import _raw, _torchrun
 
-    raw = _raw(vllm_model, tmp_path / "run", steps=2)
+    raw = _raw(vllm_model, tmp_path / "run", steps=2, strategy=strategy)
     raw["engine"] = {"name": "vllm", "max_batch_size": 16}
     done = _torchrun(tmp_path, raw)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["steps"] == 2 and len(set(summary["replicas"]["weights_checksums"])) == 1
+    assert summary["steps"] == 2
+    if strategy == "ddp":
+        assert len(set(summary["replicas"]["weights_checksums"])) == 1
+    else:
+        assert "sharded over 2 ranks" in done.stdout and (tmp_path / "run" / "final" / "config.json").is_file()
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["sync/canary_max_abs_diff"] < 1e-4 for r in records if r["step"] > 0)
 

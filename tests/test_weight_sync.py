@@ -24,13 +24,11 @@ LORA = dict(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj", "down
 class CopyEngine(HFEngine):
     """An HF engine over a private copy of the policy: it must be sent the weights, like vLLM."""
 
-    weight_sync = "merged"
-
     def __init__(self, model, tokenizer, **options):
         from rlvr.modeling.loading import is_lora
 
         own = copy.deepcopy(model)
-        super().__init__(own.merge_and_unload() if is_lora(own) else own, tokenizer, **options)
+        super().__init__(own.merge_and_unload() if is_lora(own) else own, tokenizer, weight_sync="merged", **options)
 
 
 def _perturb(model, scale=0.2, seed=0):
@@ -140,7 +138,8 @@ def test_kl_in_the_reward_uses_the_trainer_s_log_probs_and_a_wrong_engine_is_sto
     from rlvr.config import RunConfig, build_config
 
     class OffEngine(HFEngine):
-        weight_sync = "merged"  # takes pushes (of its own tensors, a no-op), so the canary checks it
+        def __init__(self, model, tokenizer, **options):  # takes pushes (of its own tensors, a no-op), so the
+            super().__init__(model, tokenizer, weight_sync="merged", **options)  # canary checks it
 
         def generate(self, prompts, n, sampling):
             groups = super().generate(prompts, n, sampling)

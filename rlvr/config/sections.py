@@ -200,6 +200,18 @@ class ProcessConfig(Section):
     threads: Union[PositiveInt, Literal["auto"], None] = Field(
         None, description="torch CPU threads: a number, 'auto' (the cores other work leaves free, measured at start), "
         "or null = torch's default")
+    strategy: Literal["ddp", "fsdp2"] = Field(
+        "ddp", description="how ranks under torchrun hold the model: ddp = each a whole copy with its optimizer state "
+        "(gradients summed once per step); fsdp2 = each 1/N of every parameter, gradient and optimizer state "
+        "(torch's fully_shard per decoder layer; docs/scaling.md). One process: the same either way")
+    cpu_offload: bool = Field(False, description="with strategy fsdp2 on CUDA: keep the shards and the optimizer "
+                              "state in CPU memory (slower steps, less GPU memory)")
+
+    @model_validator(mode="after")
+    def _offload_needs_fsdp2(self) -> "ProcessConfig":
+        if self.cpu_offload and self.strategy != "fsdp2":
+            raise ValueError("train.cpu_offload needs train.strategy: fsdp2 (a ddp rank holds its whole model)")
+        return self
 
     @field_validator("device")
     @classmethod

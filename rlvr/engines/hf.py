@@ -1,7 +1,8 @@
 """The Hugging Face engine: the trainer's own policy module decodes with a KV cache, in-process.
 
 It generates with the trainer's own policy module (``weight_sync = "shared"``), so there are no
-weights to push after an update. Each distinct prompt is prefilled once and its KV cache indexed out
+weights to push after an update; or, for a sharded policy, with a whole copy that takes the weights
+pushed after each update (``weight_sync = "merged"``). Each distinct prompt is prefilled once and its KV cache indexed out
 to its n samples; then one token per step for every sequence still running, sampled as ``transformers``'
 ``generate`` samples (temperature, then top-k, then top-p), without its per-step machinery. The
 log-probability of each chosen token under the full tempered distribution is recorded as it is
@@ -62,16 +63,19 @@ class HFEngine:
         model: a causal LM (plain or peft), the trainer's own policy module.
         tokenizer: its tokenizer (pad and eos tokens set).
         max_batch_size: sequences generated together (prompts x samples per call), bounds memory.
+        weight_sync: ``shared`` (``model`` is the trainer's policy module) or ``merged`` (``model`` is
+            a copy: it takes the full weights after every update, e.g. of an FSDP2-sharded policy).
     """
 
-    def __init__(self, model, tokenizer, *, max_batch_size: int = 256):
+    def __init__(self, model, tokenizer, *, max_batch_size: int = 256, weight_sync: str = "shared"):
+        if weight_sync not in ("shared", "merged"):
+            raise ValueError(f"HF engine: weight_sync must be 'shared' or 'merged', got {weight_sync!r}")
+        self.weight_sync = weight_sync
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
-
-    weight_sync = "shared"
 
     @torch.no_grad()
     def update_weights(self, named_tensors) -> None:

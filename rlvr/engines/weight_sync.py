@@ -130,13 +130,16 @@ def canary_prompt(tokenizer, length: int) -> list[int]:
     return (ids * (length // len(ids) + 1))[:length]
 
 
-def start_engine(engine_config, policy, tokenizer, *, dtype: str, context: int | None):
+def start_engine(engine_config, policy, tokenizer, *, dtype: str, context: int | None, copy=None):
     """``(engine, sync)``: the engine of ``engine_config`` (an ``EngineConfig``), given the policy's
-    weights and checked by the canary once."""
+    weights and checked by the canary once. ``copy``: a whole model the HF engine generates from
+    instead of the policy module (a sharded policy's :func:`rlvr.modeling.loading.generation_copy`),
+    sent the policy's weights after every update."""
     from rlvr.engines import build_engine
 
-    engine = build_engine(engine_config.name, policy, tokenizer, max_batch_size=engine_config.max_batch_size,
-                          **engine_config.options)
+    own = {"weight_sync": "merged"} if copy is not None else {}
+    engine = build_engine(engine_config.name, policy if copy is None else copy, tokenizer,
+                          max_batch_size=engine_config.max_batch_size, **engine_config.options, **own)
     sync = EngineSync(engine, policy, tokenizer, dtype=dtype, tolerance=engine_config.canary_tolerance,
                       canary=engine_config.canary, max_len=context)
     try:
@@ -145,3 +148,14 @@ def start_engine(engine_config, policy, tokenizer, *, dtype: str, context: int |
         call_optional(engine, "close")
         raise
     return engine, sync
+
+
+def send_weights(engine, policy) -> None:
+    """Push a sharded policy's weights into ``engine`` (a whole copy, ``weight_sync: merged``), or, on a
+    rank without an engine (``None``), only take part in gathering each weight: every rank must."""
+    weights = iter_inference_weights(policy)
+    if engine is None:
+        for _ in weights:
+            pass
+    else:
+        engine.update_weights(weights)

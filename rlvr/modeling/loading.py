@@ -18,6 +18,8 @@ import torch
 
 from rlvr.modeling.forward_choice import choose_forward
 from rlvr.modeling.logprobs import DEFAULT_LOGITS_CHUNK_MB, set_logits_chunk
+from rlvr.run.sharded_checkpoint import SHARDED, has_sharded_part, load_sharded_model
+from rlvr.run.sharding import is_sharded, shard_model, whole_copy, whole_zeros
 from rlvr.verifiers.errors import MissingFileError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -114,20 +116,43 @@ def load_policy(
     return model
 
 
-def load_run_policy(model_config, device, checkpoint: Path | None):
+def load_run_policy(model_config, device, checkpoint: Path | None, *, shard: bool = False, offload: bool = False):
     """The policy of an RL run (``model_config`` is a ``ModelConfig``): from ``model.path``, or from a
     checkpoint's ``model/`` when resuming (for LoRA: the base from ``model.path``, the adapters from
-    the checkpoint)."""
+    the checkpoint).
+
+    ``shard``: FSDP2-shard it over the ranks (``train.strategy: fsdp2``; every rank calls this). Its
+    shards are float32 and a lower ``model.dtype`` is the compute dtype (bf16 all-gathers, float32
+    gradient reduction); a checkpoint's weights come from its shards (``sharded/policy``)."""
     lora = model_config.lora.model_dump() if model_config.lora is not None else None
-    if checkpoint is None:
+    sharded_checkpoint = checkpoint is not None and has_sharded_part(checkpoint)
+    if checkpoint is None or sharded_checkpoint:
         path, adapter = model_config.path, None
     elif lora is None:
         path, adapter = Path(checkpoint) / "model", None
     else:
         path, adapter = model_config.path, Path(checkpoint) / "model"
-    return load_policy(path, dtype=model_config.dtype, device=str(device), lora=lora,
-                       gradient_checkpointing=model_config.gradient_checkpointing, adapter_path=adapter,
-                       forward=model_config.forward, logits_chunk_mb=model_config.logits_chunk_mb)
+    dtype = "float32" if shard else model_config.dtype
+    policy = load_policy(path, dtype=dtype, device=str(device), lora=lora,
+                         gradient_checkpointing=model_config.gradient_checkpointing, adapter_path=adapter,
+                         forward=model_config.forward, logits_chunk_mb=model_config.logits_chunk_mb)
+    if shard:
+        compute = resolve_dtype(model_config.dtype)
+        shard_model(policy, param_dtype=None if compute == torch.float32 else compute, offload=offload)
+    if sharded_checkpoint:
+        load_sharded_model(policy, Path(checkpoint) / SHARDED / "policy")
+    return policy
+
+
+def generation_copy(policy, dtype: str, device):
+    """A whole copy of a sharded policy for the HF engine to generate from, on this rank, in ``dtype``:
+    the base architecture (a LoRA policy's adapters are merged into the weights the engine is sent),
+    its weights zero until the first push (``weight_sync: merged``). It costs one whole model per
+    rank, which the sharding saves during the update but not during generation."""
+    whole = whole_zeros(policy, device=device, dtype=resolve_dtype(dtype))
+    if is_lora(whole):
+        whole = whole.merge_and_unload()
+    return whole.eval().requires_grad_(False)
 
 
 def _choose_passes(model, forward: str, logits_chunk_mb: float) -> None:
@@ -155,7 +180,10 @@ class Reference:
 
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype)).to(device)
             _choose_passes(model, forward, logits_chunk_mb)
-            self._frozen = model.eval().requires_grad_(False)
+            model = model.eval().requires_grad_(False)
+            if is_sharded(policy):  # sharded like the policy: each rank holds 1/N of the reference too
+                shard_model(model)
+            self._frozen = model
         self._policy = policy
 
     @contextlib.contextmanager
@@ -173,8 +201,13 @@ class Reference:
 def save_final_model(model, tokenizer, out: str | Path) -> Path:
     """Save a standalone Hugging Face folder any later path loads like a hub model. A LoRA policy
     is saved twice: its adapters under ``adapter/`` and a merged copy at the top (merged from a
-    deep copy, so the live model keeps its adapters)."""
+    deep copy, so the live model keeps its adapters). A sharded model is gathered into a whole copy on
+    rank 0 first: every rank must call this, and rank 0 alone writes."""
     out = Path(out)
+    if is_sharded(model):  # gathered to rank 0 (every rank calls this); the other ranks write nothing
+        model = whole_copy(model)
+        if model is None:
+            return out
     if is_lora(model):
         model.save_pretrained(out / "adapter")
         copy.deepcopy(model).merge_and_unload().save_pretrained(out)
@@ -246,7 +279,7 @@ def _merged_weight(layer) -> torch.Tensor:
         raise ValueError("DoRA adapters cannot be merged for an engine; use plain LoRA (model.lora)")
     weight = _gathered(layer.get_base_layer().weight)
     for adapter in active:
-        weight = weight + layer.get_delta_weight(adapter).to(weight.dtype)
+        weight = weight + _gathered(layer.get_delta_weight(adapter)).to(weight.dtype)  # sharded A, B: a DTensor
     return weight
 
 

@@ -25,7 +25,7 @@ import torch
 from rlvr.modeling import fast_forward
 from rlvr.modeling.chunked_logprobs import logits_logprobs, token_logprobs
 from rlvr.modeling.fast_forward import training_with_checkpointing
-from rlvr.run.sharding import is_sharded
+from rlvr.run.sharding import is_sharded, lockstep_passes
 
 HIDDEN_STATE_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # logits = lm_head(decoder output), nothing after
 DEFAULT_LOGITS_CHUNK_MB = 256
@@ -66,11 +66,13 @@ def completion_logprobs(
     a repeat's gradient adds into its row's (the same sum as computing it twice).
     """
     distinct = distinct_rows(input_ids, attention_mask)
-    if distinct is None:
-        return _logprobs(model, input_ids, attention_mask, completion_len, temperature, with_entropy, entropy_grad)
-    keep, inverse = distinct
-    logp, entropy = _logprobs(model, input_ids[keep], attention_mask[keep], completion_len, temperature, with_entropy,
-                              entropy_grad)
+    keep, inverse = distinct if distinct is not None else (slice(None), slice(None))
+    try:
+        logp, entropy = _logprobs(model, input_ids[keep], attention_mask[keep], completion_len, temperature,
+                                  with_entropy, entropy_grad)
+    finally:
+        if is_sharded(model) and not torch.is_grad_enabled():
+            model.reshard()  # FSDP2 keeps the root gathered for a backward; a pass without one must free it
     return logp[inverse], (entropy[inverse] if entropy is not None else None)
 
 
@@ -248,14 +250,18 @@ def no_grad_logprobs(model, batch, micro_batch_size: int, temperature: float) ->
     """``[N, T]`` log-probs of a batch's completions without a graph (``batch``: a rollout ``Batch``, or
     anything with its ``input_ids``, ``attention_mask`` and ``completion_len``). The pass runs in inference
     mode (no autograd bookkeeping at all: ~7% of a small model's pass); its result is copied out as
-    an ordinary tensor, which a later graph may use as a constant."""
+    an ordinary tensor, which a later graph may use as a constant. A sharded model makes as many passes
+    as the rank with the most micro-batches (``lockstep_passes``), repeating its first and discarding it."""
+    starts = list(range(0, len(batch), micro_batch_size))
     with torch.inference_mode():
         parts = []
-        for start in range(0, len(batch), micro_batch_size):
+        for index in range(lockstep_passes(model, len(starts))):
+            start = starts[index] if index < len(starts) else 0
             end = min(start + micro_batch_size, len(batch))
             logp, _ = completion_logprobs(model, batch.input_ids[start:end], batch.attention_mask[start:end],
                                           batch.completion_len, temperature)
-            parts.append(logp)
+            if index < len(starts):
+                parts.append(logp)
         logp = torch.cat(parts)
     return logp.clone()
 

@@ -27,7 +27,7 @@ from rlvr.engines import SamplingParams
 from rlvr.engines.base import call_optional
 from rlvr.engines.weight_sync import start_engine
 from rlvr.modeling.forward_choice import forward_note
-from rlvr.modeling.loading import Reference, context_length, load_run_policy, load_tokenizer
+from rlvr.modeling.loading import Reference, context_length, generation_copy, load_run_policy, load_tokenizer
 from rlvr.recipes.scaffold import Run
 from rlvr.recipes.step_metrics import progress_postfix, run_summary, step_metrics
 from rlvr.recipes.update import UpdateSettings
@@ -39,7 +39,7 @@ from rlvr.rollout.sampler import ProblemSampler, RankSampler
 from rlvr.rollout.suites import (PromptEncoder, announce_suites, check_verifiers, drop_overlong_prompts,
                                  load_eval_suites, load_training_suites)
 from rlvr.run.alarms import Alarms, VerifierErrors
-from rlvr.run.ranks import check_world_size, reduce_metrics, seed_ranks
+from rlvr.run.ranks import check_world_size, reduce_metrics, seed_ranks, sharded_run
 
 
 @dataclass
@@ -88,14 +88,18 @@ class RLRun(Run):
                                                  config.eval.max_new_tokens or gen.max_new_tokens, gen.overlong_prompts)
         self.sampler = RankSampler(ProblemSampler(self.suites, weights, seed=config.train.seed), dist.rank,
                                    dist.world_size)
-        self.policy = load_run_policy(config.model, dist.device, self.checkpoint)
+        shard = sharded_run(config.train, dist)
+        self.policy = load_run_policy(config.model, dist.device, self.checkpoint, shard=shard,
+                                      offload=config.train.cpu_offload)
         if dist.is_main:
             print(f"forward: {forward_note(self.policy)}", flush=True)
         self.reference = Reference(self.policy, needed=config.algorithm.beta > 0, path=config.model.path,
                                    dtype=config.model.dtype, device=str(dist.device), forward=config.model.forward,
                                    logits_chunk_mb=config.model.logits_chunk_mb)
+        copy = generation_copy(self.policy, config.model.dtype, dist.device) if shard and config.engine.name == "hf" \
+            else None  # the HF engine cannot decode from shards: each rank decodes its own lengths
         self.engine, self.sync = start_engine(config.engine, self.policy, self.tokenizer, dtype=config.model.dtype,
-                                              context=context)
+                                              context=context, copy=copy)
         self.cleanup(lambda: call_optional(self.engine, "close"))
         self.scorer = build_reward_scorer(config, dist.device, self.tokenizer)  # a learned reward model, if any
         if self.scorer is not None and dist.is_main:

@@ -29,6 +29,7 @@ from rlvr.config import save_config
 from rlvr.run.checkpoint import latest_checkpoint, resume_checkpoint
 from rlvr.run.progress import make_progress
 from rlvr.run.ranks import join_run, open_tracker, replica_check, restore_run_states, save_run_checkpoint
+from rlvr.run.sharding import is_sharded
 from rlvr.run.tracking import plot_metrics
 
 #: The command that resumes a run, by the recipe name the run folder was started under.
@@ -87,7 +88,8 @@ class Run:
             if self.dist.is_main:
                 save_config(self.config, self.run_dir / "config.yaml")
             return 0
-        state = restore_run_states(self.checkpoint, states, self.dist, sampler, seed=self.config.train.seed)
+        state = restore_run_states(self.checkpoint, states, self.dist, sampler, seed=self.config.train.seed,
+                                   models=models)
         self.tracker.truncate(state["step"])
         self._wall_before = state.get("wall_s", 0.0)
         self.evaluations = {int(k): v for k, v in state.get("evaluations", {}).items()}
@@ -167,17 +169,22 @@ class Run:
     def finish(self, summary: dict[str, Any], *, save_final: Callable[[Path], Any] | None = None,
                models: tuple = ()) -> dict[str, Any]:
         """Close the progress bar and the metrics, check that the ranks' ``models`` agree, and on rank 0
-        call ``save_final(run_dir / "final")`` (unless ``checkpoint.final_model`` is off), draw the plot
+        call ``save_final(run_dir / "final")`` (unless ``checkpoint.final_model`` is off; every rank calls it
+        when ``models`` are sharded, to gather them), draw the plot
         and write ``summary.json``: ``summary`` plus the wall time, the reason of an early stop and the
         replicas' digests. Returns it."""
         self._close_progress()
-        replicas = replica_check(self.dist, *models)
+        sharded = any(is_sharded(model) for model in models)
+        replicas = {} if sharded else replica_check(self.dist, *models)  # a shard is no replica
         self._close_tracker()
         summary = {**summary, "wall_s": self.wall_s(), **({"stopped": self.stopped} if self.stopped else {}),
                    **({"replicas": replicas} if replicas else {})}
+        save = save_final is not None and self.config.checkpoint.final_model
+        if save and sharded:  # every rank takes part in gathering the whole model; rank 0 writes it
+            save_final(self.run_dir / "final")
         if not self.dist.is_main:
             return {**summary, "rank": self.dist.rank}
-        if save_final is not None and self.config.checkpoint.final_model:
+        if save and not sharded:
             save_final(self.run_dir / "final")
         if self.config.log.plot:
             self.plot()

@@ -18,15 +18,18 @@ from typing import Any
 
 from rlvr.config import SFTConfig
 from rlvr.engines import HFEngine, SamplingParams
+from rlvr.engines.weight_sync import send_weights
 from rlvr.modeling.forward_choice import forward_note
-from rlvr.modeling.loading import load_run_policy, load_tokenizer, save_final_model
+from rlvr.modeling.loading import generation_copy, load_run_policy, load_tokenizer, save_final_model
 from rlvr.modeling.logprobs import collate_completions, completion_logprobs
 from rlvr.recipes.scaffold import Run
 from rlvr.rollout.chat import Messages
 from rlvr.rollout.evaluate import evaluate
 from rlvr.rollout.sampler import ShuffledBatches
 from rlvr.rollout.suites import PromptEncoder, load_suite
+from rlvr.run.ranks import sharded_run
 from rlvr.run.runtime import optimizer_from_config, optimizer_step
+from rlvr.run.sharding import lockstep_passes
 from rlvr.tasks.base import Problem
 from rlvr.tasks.loading import check_text
 from rlvr.verifiers.errors import InvalidValueError, MissingFileError
@@ -116,12 +119,15 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
                                    options=ev.options or first.options, limit=ev.limit) \
             if eval_task and (ev.every or ev.at_end) and dist.is_main else []
         tokenizer = load_tokenizer(config.model.path)
-        model = load_run_policy(config.model, dist.device, run.checkpoint)
+        shard = sharded_run(t, dist)
+        model = load_run_policy(config.model, dist.device, run.checkpoint, shard=shard, offload=t.cpu_offload)
         if dist.is_main:
             print(f"forward: {forward_note(model)}", flush=True)
         data = _tokenize(tokenizer, sources)
         optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, t.steps)
-        engine = HFEngine(model, tokenizer)
+        engine = HFEngine(model, tokenizer) if not shard else \
+            HFEngine(generation_copy(model, config.model.dtype, dist.device), tokenizer, weight_sync="merged") \
+            if eval_problems else None  # sharded: rank 0 evaluates on a whole copy
         encode = PromptEncoder(tokenizer, first.chat_template)  # held-out prompts as the first source's
         runner = VerifierRunner() if eval_problems else None
         if runner is not None:
@@ -132,6 +138,8 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
 
         def accuracy() -> float | None:
             """Greedy accuracy on the held-out problems (rank 0 measures; every rank gets it)."""
+            if shard:
+                send_weights(engine, model)  # every rank gathers; rank 0's copy takes them
             result = evaluate(engine, encode, eval_problems, runner, sampling=SamplingParams(
                 max_new_tokens=ev.max_new_tokens, greedy=True)).accuracy if eval_problems else None
             return dist.broadcast(result)
@@ -145,14 +153,16 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
             total_tokens = float(mask.sum())  # the whole batch's, on every rank
             ids, attention, mask = (x[dist.rank :: dist.world_size].to(dist.device) for x in (ids, attention, mask))
             optimizer.zero_grad(set_to_none=True)
-            loss_value = 0.0
-            for start in range(0, len(ids), t.micro_batch_size):
-                part = slice(start, start + t.micro_batch_size)
+            loss_value, starts = 0.0, list(range(0, len(ids), t.micro_batch_size))
+            for index in range(lockstep_passes(model, len(starts))):  # sharded: as many passes as any rank
+                mine = index < len(starts)  # else a zero-weight pass on this rank's first micro-batch
+                part = slice(starts[index] if mine else 0, (starts[index] if mine else 0) + t.micro_batch_size)
                 logp, _ = completion_logprobs(model, ids[part], attention[part], mask.shape[1])
-                loss = -(logp * mask[part]).sum() / total_tokens
+                loss = -(logp * mask[part]).sum() / total_tokens * float(mine)
                 loss.backward()
                 loss_value += loss.item()
-            dist.sum_gradients([p for p in model.parameters() if p.requires_grad])
+            if not shard:  # FSDP2 summed them in the backward
+                dist.sum_gradients([p for p in model.parameters() if p.requires_grad])
             grad_norm = optimizer_step(model.parameters(), optimizer, scheduler, config.optim.grad_clip)
             metrics = {"train/loss": dist.sum(loss_value), "train/grad_norm": grad_norm,
                        "train/lr": scheduler.get_last_lr()[0]}

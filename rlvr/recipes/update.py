@@ -19,7 +19,7 @@ from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss, trunca
 from rlvr.modeling.logprobs import completion_logprobs, no_grad_logprobs
 from rlvr.run.sharding import is_sharded
 from rlvr.rollout.batch import Batch
-from rlvr.run.runtime import Distributed
+from rlvr.run.runtime import Distributed, full_norm
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
         batch.old_logp = old_logprobs(policy, batch, s)
     n = len(batch)
     minibatch_size = math.ceil(n / algo.minibatches)
-    params = [p for p in policy.parameters() if p.requires_grad]
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     sharded = is_sharded(policy)
     means, mismatch = TokenMeans(), Mismatch()
     loss_total, pg_total, grad_norms, computed_rows = 0.0, 0.0, [], 0
@@ -203,11 +203,6 @@ def lockstep(micro_batches: list, sharded: bool, dist: Distributed) -> list:
     if not sharded:
         return micro_batches
     return micro_batches + [None] * (int(dist.max(len(micro_batches))) - len(micro_batches))
-
-
-def full_norm(norm: torch.Tensor) -> float:
-    """A gradient norm as a float (over a sharded model: the norm of the whole gradient)."""
-    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
 def global_counts(minibatch: Batch, dist: Distributed) -> dict[str, float]:

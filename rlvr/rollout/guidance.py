@@ -34,6 +34,7 @@ from rlvr.engines.base import Completion
 from rlvr.rollout.batch import Batch
 from rlvr.rollout.groups import Group, is_correct, verify_groups
 from rlvr.modeling.logprobs import no_grad_logprobs
+from rlvr.run.sharding import is_sharded
 from rlvr.verifiers.runner import VerifierRunner
 
 
@@ -106,8 +107,9 @@ def guide_with_solutions(groups: list[Group], runner: VerifierRunner, *, encode:
 def policy_logprobs_of_rows(policy, batch: Batch, rows: list[int], micro_batch_size: int, temperature: float) -> None:
     """Write the policy's log-probs of ``rows`` into ``batch.engine_logp`` (their pi at rollout time:
     the solutions were not sampled, so the engine has none)."""
-    if not rows:
+    if not rows and not is_sharded(policy):
         return
-    index = torch.tensor(rows, device=batch.input_ids.device)
+    index = torch.tensor(rows or [0], device=batch.input_ids.device)  # a sharded policy: every rank makes the pass
     logp = no_grad_logprobs(policy, batch.select(index), micro_batch_size, temperature)
-    batch.engine_logp[index] = logp * batch.response_mask[index]
+    if rows:
+        batch.engine_logp[index] = logp * batch.response_mask[index]

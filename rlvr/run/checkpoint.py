@@ -3,8 +3,10 @@
 A checkpoint is a folder ``checkpoints/step_NNNNNN/`` holding one folder per model (``model/`` for
 the policy: a loadable Hugging Face folder, full weights as safetensors or peft adapters; ``critic/``
 for PPO's critic, ...) and ``trainer_state.pt`` (the state of every optimizer, scheduler, data
-sampler, ... by name, RNG states, step). It is written under a temporary name and renamed
-into place, so a crash leaves either the previous checkpoint or the new one, never half of one.
+sampler, ... by name, RNG states, step). A sharded run's models and optimizers are under
+``sharded/`` instead (:mod:`rlvr.run.sharded_checkpoint`), written by every rank into the temporary
+folder first. It is written under a temporary name and renamed into place, so a crash leaves either
+the previous checkpoint or the new one, never half of one.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def save_checkpoint(
     states: dict[str, Any],
     extra: dict[str, Any],
     keep: int = 1,
+    started: bool = False,
 ) -> Path:
     """Write checkpoint ``step`` atomically and prune all but the newest ``keep``.
 
@@ -43,13 +46,12 @@ def save_checkpoint(
     policy is named ``policy`` and saved under ``model/`` (with the tokenizer), any other under its
     own name. ``states`` maps a name to an object with ``state_dict()`` (optimizers, schedulers, the
     problem sampler, ...): :func:`restore_states` loads them back by the same names. ``extra`` holds
-    plain values (wall time, evaluations).
+    plain values (wall time, evaluations). ``started``: the temporary folder (:func:`temporary_folder`)
+    already holds the sharded part of this checkpoint.
     """
     root = checkpoint_root(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
-    tmp = root / f".tmp_step_{step:06d}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = root / f".tmp_step_{step:06d}" if started else temporary_folder(run_dir, step)
     state = {
         "step": step,
         "rng": rng_state(),
@@ -76,6 +78,15 @@ def save_checkpoint(
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def temporary_folder(run_dir: str | Path, step: int) -> Path:
+    """The empty folder checkpoint ``step`` is written into before it is renamed into place."""
+    root = checkpoint_root(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp_step_{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    return tmp
 
 
 def model_folder(name: str) -> str:

@@ -16,10 +16,11 @@ from typing import Any
 
 import torch
 
-from rlvr.run.checkpoint import restore_states, save_checkpoint
+from rlvr.run.checkpoint import restore_states, save_checkpoint, temporary_folder
 from rlvr.run.folder import RunFolderError, prepare_run_folder
 from rlvr.run.runtime import (Distributed, init_distributed, quiet_transformers, rng_state, seed_everything,
                               set_rng_state, set_threads)
+from rlvr.run.sharded_checkpoint import SHARDED, ShardedParts
 from rlvr.run.tracking import Tracker
 from rlvr.verifiers.errors import InvalidValueError
 
@@ -37,6 +38,7 @@ def join_run(config, name: str, *, resume: bool = False, overwrite: bool = False
     broadcast its path, seed, set threads. Returns ``(config with out set, run_dir, dist)``."""
     quiet_transformers()
     dist = init_distributed(config.train.device)
+    check_strategy(config.train.strategy, name, dist.world_size)
     if check is not None:
         check(dist.world_size)
     error, run_dir = None, None
@@ -92,6 +94,31 @@ def check_world_size(config, world_size: int) -> None:
                                 f"rank ({t.prompts_per_step // world_size} on {world_size} ranks)")
 
 
+#: The runs that cannot shard yet, by the name a recipe starts its run under, and what they are.
+NOT_SHARDED_YET = {"ppo": "the ppo preset (its critic)", "reinforce_baseline": "the reinforce_baseline preset (its critic)",
+                   "rm": "rlvr train-rm", "dpo": "rlvr dpo"}
+
+
+def check_strategy(strategy: str, name: str, world_size: int) -> None:
+    """Refuse ``train.strategy: fsdp2`` on several ranks for a run that does not shard yet."""
+    if strategy == "fsdp2" and world_size > 1 and name in NOT_SHARDED_YET:
+        raise InvalidValueError(f"train.strategy: fsdp2 is not available for {NOT_SHARDED_YET[name]} yet (the critic-free "
+                                "presets of rlvr train and rlvr sft shard); use train.strategy: ddp")
+
+
+def sharded_run(train, dist: Distributed) -> bool:
+    """Whether this run's models are FSDP2-sharded: ``train.strategy: fsdp2`` on several ranks (one
+    process has nothing to shard and runs as ``ddp``). CPU offload needs CUDA (refused otherwise)."""
+    if train.cpu_offload and dist.device.type != "cuda":
+        raise InvalidValueError(f"train.cpu_offload moves shards off a GPU, but this run trains on {dist.device}; "
+                                "remove train.cpu_offload")
+    shard = train.strategy == "fsdp2" and dist.world_size > 1
+    if dist.is_main and shard:
+        print(f"strategy: fsdp2, every parameter, gradient and optimizer state sharded over {dist.world_size} ranks",
+              flush=True)
+    return shard
+
+
 def seed_ranks(seed: int, dist: Distributed) -> None:
     """Give each rank its own sampling RNG (seed + rank), after the models are built alike; one process
     keeps its stream as it is."""
@@ -120,10 +147,14 @@ class _Silent:
         pass
 
 
-def restore_run_states(checkpoint: Path, states: dict[str, Any], dist: Distributed, sampler, *, seed: int) -> dict:
-    """Load a checkpoint's ``states`` and give each rank back its own RNG and data position; returns the
-    whole trainer state (``step`` and the plain values saved with it)."""
-    state = restore_states(checkpoint, states)
+def restore_run_states(checkpoint: Path, states: dict[str, Any], dist: Distributed, sampler, *, seed: int,
+                       models: dict[str, Any] | None = None) -> dict:
+    """Load a checkpoint's ``states`` (the optimizers of sharded ``models`` from their shards) and give
+    each rank back its own RNG and data position; returns the whole trainer state (``step`` and the
+    plain values saved with it)."""
+    sharded = ShardedParts.of(models or {}, states)
+    sharded.load_optimizers(checkpoint)
+    state = restore_states(checkpoint, {name: s for name, s in states.items() if name not in sharded.optimizers})
     restore_rank_state(state.get("ranks") or [{"rng": state["rng"], "sampler": None}], dist, sampler, seed,
                        state["step"])
     return state
@@ -148,12 +179,20 @@ def restore_rank_state(saved: list[dict[str, Any]], dist: Distributed, sampler, 
 
 
 def save_run_checkpoint(run_dir: Path, step: int, *, dist: Distributed, sampler, extra: dict[str, Any],
-                        **kwargs) -> None:
-    """Gather every rank's RNG and sampler state (a collective: every rank calls this), and write the
-    checkpoint on rank 0 (``kwargs``: those of :func:`rlvr.run.checkpoint.save_checkpoint`)."""
+                        models: dict[str, Any], states: dict[str, Any], **kwargs) -> None:
+    """Gather every rank's RNG and sampler state (a collective: every rank calls this), let every rank
+    write its shards of the sharded models and optimizers, and write the rest of the checkpoint on
+    rank 0 (``kwargs``: those of :func:`rlvr.run.checkpoint.save_checkpoint`)."""
     ranks = dist.gather({"rng": rng_state(), "sampler": sampler.state_dict() if sampler is not None else None})
+    sharded = ShardedParts.of(models, states)
+    if sharded:
+        tmp = dist.broadcast(temporary_folder(run_dir, step) if dist.is_main else None)
+        sharded.save(tmp / SHARDED)  # every rank its own shards; rank 0 the metadata, after all wrote
+        models = {name: model for name, model in models.items() if name not in sharded.models}
+        states = {name: state for name, state in states.items() if name not in sharded.optimizers}
     if dist.is_main:
-        save_checkpoint(run_dir, step, extra={**extra, "ranks": ranks}, **kwargs)
+        save_checkpoint(run_dir, step, extra={**extra, "ranks": ranks}, models=models, states=states,
+                        started=bool(sharded), **kwargs)
 
 
 def reduce_metrics(metrics: dict[str, float], dist: Distributed) -> dict[str, float]:

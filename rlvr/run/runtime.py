@@ -142,10 +142,15 @@ def build_optimizer(params, *, lr: float, weight_decay: float, betas: tuple[floa
 def optimizer_step(params, optimizer: torch.optim.Optimizer, scheduler, grad_clip: float) -> float:
     """Clip the gradients of ``params`` to a global norm of ``grad_clip``, step the optimizer and the schedule;
     returns the norm before clipping."""
-    norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
+    norm = full_norm(torch.nn.utils.clip_grad_norm_(params, grad_clip))
     optimizer.step()
     scheduler.step()
     return norm
+
+
+def full_norm(norm: torch.Tensor) -> float:
+    """A gradient norm as a float (over a sharded model: the norm of the whole gradient)."""
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
 def lr_multiplier(step: int, *, total: int, warmup: int, schedule: str, min_ratio: float) -> float:

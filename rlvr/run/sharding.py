@@ -19,7 +19,14 @@ gradients reduced with the rest.
 
 from __future__ import annotations
 
+import copy
+import weakref
+
 import torch
+
+#: An unsharded copy of each sharded model's structure, its parameters on the meta device (no memory)
+#: and its buffers real (rotary tables are not in a state dict): what :func:`whole_copy` fills in.
+_BLUEPRINTS: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:
@@ -38,6 +45,7 @@ def shard_model(model, *, param_dtype: torch.dtype | None = None, offload: bool 
     ``offload`` keeps the shards and optimizer state in CPU memory."""
     from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
+    _BLUEPRINTS[model] = _blueprint(model)
     options = {}
     if param_dtype is not None:
         options["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
@@ -49,6 +57,7 @@ def shard_model(model, *, param_dtype: torch.dtype | None = None, offload: bool 
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)  # losses are normalised by global counts: gradients add
+            module.set_force_sum_reduction_for_comms(True)  # a plain SUM: gloo has no PREMUL_SUM (float32 asks it)
     return model
 
 
@@ -56,3 +65,54 @@ def is_sharded(model) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
+
+
+def lockstep_passes(model, count: int) -> int:
+    """How many forward passes this rank makes over ``count`` micro-batches of its own: ``count``, or
+    for a sharded ``model`` the most any rank has (FSDP2 gathers every layer in each forward, so every
+    rank must make as many; a rank with fewer repeats a pass and discards it)."""
+    if not is_sharded(model):
+        return count
+    most = torch.tensor([count], dtype=torch.float64)
+    torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
+    return int(most.item())
+
+
+def whole_copy(model):
+    """An unsharded copy of a sharded ``model`` on rank 0's CPU (None on the other ranks), gathered
+    one parameter at a time; every rank must call it. Its memory is one whole model on rank 0."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if torch.distributed.get_rank() != 0:
+        return None
+    whole = copy.deepcopy(_BLUEPRINTS[model])
+    whole.load_state_dict(state, strict=True, assign=True)
+    base = whole.get_base_model() if hasattr(whole, "get_base_model") else whole
+    if hasattr(base, "tie_weights"):
+        base.tie_weights()  # assign=True gave the tied output layer its own tensor
+    return whole
+
+
+def whole_zeros(model, *, device, dtype: torch.dtype):
+    """An unsharded copy of a sharded ``model``'s structure with every weight zero, in ``dtype`` on
+    ``device``: a whole model's memory on this rank, for weights pushed into it one at a time (the HF
+    engine of a sharded run generates from it)."""
+    whole = copy.deepcopy(_BLUEPRINTS[model])
+    for module in whole.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                module._parameters[name] = torch.nn.Parameter(torch.zeros(param.shape, dtype=dtype, device=device),
+                                                              requires_grad=False)
+    whole.to(device)  # the buffers
+    base = whole.get_base_model() if hasattr(whole, "get_base_model") else whole
+    if hasattr(base, "tie_weights"):
+        base.tie_weights()
+    return whole
+
+
+def _blueprint(model):
+    """``model`` copied with every parameter on the meta device (nothing allocated) and its buffers real."""
+    memo = {id(p): torch.nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+            for p in model.parameters()}
+    return copy.deepcopy(model, memo)
