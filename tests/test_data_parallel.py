@@ -157,7 +157,7 @@ def _offline_torchrun(tmp_path, command: str, raw: dict, nproc: int) -> subproce
 
 
 #: The offline recipes that take ``train.strategy: fsdp2`` (tested against one process as well).
-SHARDED_COMMANDS = ("sft",)
+SHARDED_COMMANDS = ("sft", "train-rm", "dpo")
 
 
 @pytest.mark.slow
@@ -172,7 +172,7 @@ def test_offline_recipes_on_two_ranks_match_one_process(tiny_model, tmp_path, co
             for a in range(6) for b in range(6)]
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    final, evaluations = {}, {}
+    final, evaluations, losses = {}, {}, {}
     for nproc, strategy in [(1, "ddp"), (2, "ddp")] + [(2, "fsdp2")] * (command in SHARDED_COMMANDS):
         out = tmp_path / f"{command}-{nproc}-{strategy}"
         train = {"batch_size": 9, "micro_batch_size": 2, "threads": 1, "strategy": strategy}  # 5 + 4 rows a step
@@ -196,8 +196,16 @@ def test_offline_recipes_on_two_ranks_match_one_process(tiny_model, tmp_path, co
         records = read_metrics(out / "metrics.jsonl")
         assert [r["step"] for r in records if "train/loss" in r] == list(range(1, summary["steps"] + 1))
         evaluations[nproc, strategy] = [{k: v for k, v in r.items() if k.startswith("eval/")} for r in records]
-    for (nproc, strategy), weights in final.items():
-        for name, tensor in final[1, "ddp"].items():
-            assert torch.allclose(tensor, weights[name], atol=2e-5), (nproc, strategy, name)
-    if (2, "fsdp2") in final and command == "sft":  # rank 0's whole copy evaluates what the shards hold
-        assert evaluations[2, "fsdp2"] == evaluations[2, "ddp"]
+        losses[nproc, strategy] = [r["train/loss"] for r in records if "train/loss" in r]
+    for name, tensor in final[1, "ddp"].items():
+        assert torch.allclose(tensor, final[2, "ddp"][name], atol=2e-5), name
+    if (2, "fsdp2") in final:
+        # FSDP2 reduce-scatters each micro-batch's gradient (sums in another order than ddp's one flat sum): the
+        # losses agree to float32 rounding, and AdamW, which divides by the root of tiny second moments,
+        # turns that rounding into weight differences of up to ~1% of one step (lr 3e-3) after 6 steps
+        assert losses[2, "fsdp2"] == pytest.approx(losses[2, "ddp"], rel=1e-5)
+        for name, tensor in final[2, "ddp"].items():
+            assert torch.allclose(tensor, final[2, "fsdp2"][name], atol=1e-4), name
+        # sharded evaluation passes (sft, dpo: rank 0's whole copy generates) measure what the shards hold
+        for sharded, whole in zip(evaluations[2, "fsdp2"], evaluations[2, "ddp"], strict=True):
+            assert sharded == pytest.approx(whole, abs=1e-4)

@@ -136,12 +136,19 @@ def load_run_policy(model_config, device, checkpoint: Path | None, *, shard: boo
     policy = load_policy(path, dtype=dtype, device=str(device), lora=lora,
                          gradient_checkpointing=model_config.gradient_checkpointing, adapter_path=adapter,
                          forward=model_config.forward, logits_chunk_mb=model_config.logits_chunk_mb)
+    return shard_for_run(policy, model_config.dtype, checkpoint, shard=shard, offload=offload)
+
+
+def shard_for_run(model, dtype: str, checkpoint: Path | None, *, shard: bool, offload: bool = False):
+    """``model`` (float32 weights when ``shard``) FSDP2-sharded over the ranks with ``dtype`` as the compute
+    dtype, its weights read from a sharded checkpoint's ``sharded/policy`` when resuming from one;
+    unchanged when not ``shard``. Every rank calls this."""
     if shard:
-        compute = resolve_dtype(model_config.dtype)
-        shard_model(policy, param_dtype=None if compute == torch.float32 else compute, offload=offload)
-    if sharded_checkpoint:
-        load_sharded_model(policy, Path(checkpoint) / SHARDED / "policy")
-    return policy
+        compute = resolve_dtype(dtype)
+        shard_model(model, param_dtype=None if compute == torch.float32 else compute, offload=offload)
+    if checkpoint is not None and has_sharded_part(checkpoint):
+        load_sharded_model(model, Path(checkpoint) / SHARDED / "policy")
+    return model
 
 
 def generation_copy(policy, dtype: str, device):

@@ -25,14 +25,16 @@ import torch
 from rlvr.algorithms.preference import dpo_loss
 from rlvr.config import DPOConfig
 from rlvr.engines import HFEngine, SamplingParams
+from rlvr.engines.weight_sync import send_weights
 from rlvr.modeling.forward_choice import forward_note
-from rlvr.modeling.loading import Reference, load_run_policy, load_tokenizer, save_final_model
+from rlvr.modeling.loading import Reference, generation_copy, load_run_policy, load_tokenizer, save_final_model
 from rlvr.modeling.logprobs import collate_completions, completion_logprobs
 from rlvr.recipes.pairs import fit_pairs, load_pairs, pair_steps
 from rlvr.recipes.scaffold import Run
 from rlvr.rollout.evaluate import evaluate
 from rlvr.rollout.preferences import TokenizedPair
 from rlvr.rollout.suites import PromptEncoder, load_suite
+from rlvr.run.ranks import sharded_run
 from rlvr.run.runtime import optimizer_from_config
 from rlvr.verifiers.runner import VerifierRunner
 
@@ -94,7 +96,8 @@ def train(config: DPOConfig, *, resume: bool = False, overwrite: bool = False) -
         train_data, eval_data = load_pairs(config, tokenizer, main=dist.is_main)  # bad data fails before the model
         problems = load_suite(ev.task, path=ev.path, split=ev.split, options=ev.options, limit=ev.limit) \
             if ev.task and dist.is_main else []
-        policy = load_run_policy(config.model, dist.device, run.checkpoint)
+        shard = sharded_run(config.train, dist)
+        policy = load_run_policy(config.model, dist.device, run.checkpoint, shard=shard, offload=config.train.cpu_offload)
         if dist.is_main:
             print(f"forward: {forward_note(policy)}", flush=True)
         reference = Reference(policy, needed=True, path=config.model.path, dtype=config.model.dtype,
@@ -102,7 +105,10 @@ def train(config: DPOConfig, *, resume: bool = False, overwrite: bool = False) -
                               logits_chunk_mb=config.model.logits_chunk_mb)
         pad_id, total = tokenizer.pad_token_id, pair_steps(config.train, len(train_data))
         optimizer, scheduler = optimizer_from_config(policy.parameters(), config.optim, total)
-        engine, encode = HFEngine(policy, tokenizer), PromptEncoder(tokenizer)
+        engine = HFEngine(policy, tokenizer) if not shard else \
+            HFEngine(generation_copy(policy, config.model.dtype, dist.device), tokenizer, weight_sync="merged") \
+            if problems else None  # sharded: rank 0 measures gold accuracy on a whole copy
+        encode = PromptEncoder(tokenizer)
         runner = VerifierRunner() if problems else None
         if runner is not None:
             run.cleanup(runner.close)
@@ -110,11 +116,14 @@ def train(config: DPOConfig, *, resume: bool = False, overwrite: bool = False) -
         run.restore({"optimizer": optimizer, "scheduler": scheduler}, models={"policy": policy}, tokenizer=tokenizer)
 
         def measure() -> dict[str, float]:
-            """Held-out implicit accuracy / margin / loss, and greedy gold accuracy on the eval suite (rank 0)."""
-            if not dist.is_main:
+            """Held-out implicit accuracy / margin / loss, and greedy gold accuracy on the eval suite (rank 0;
+            a sharded policy's passes and weight gathering on every rank)."""
+            if not (dist.is_main or shard):
                 return {}
             out = {f"eval/{k}": v for k, v in evaluate_pairs(policy, reference, eval_data, pad_id, d,
                                                               ev.batch_size).items()} if eval_data else {}
+            if shard and ev.task:
+                send_weights(engine, policy)  # every rank gathers; rank 0's copy takes them
             if problems:
                 out["eval/gold_accuracy"] = evaluate(engine, encode, problems, runner, sampling=SamplingParams(
                     max_new_tokens=ev.max_new_tokens, greedy=True)).accuracy
@@ -122,7 +131,8 @@ def train(config: DPOConfig, *, resume: bool = False, overwrite: bool = False) -
 
         before, after = fit_pairs(run, train_data, lambda mb: pair_loss(policy, reference, mb, pad_id, d), policy,
                                   optimizer, scheduler, measure=measure, accuracy="accuracy")
-        on_train = evaluate_pairs(policy, reference, train_data, pad_id, d, ev.batch_size) if dist.is_main else {}
+        on_train = evaluate_pairs(policy, reference, train_data, pad_id, d, ev.batch_size) \
+            if dist.is_main or shard else {}
         summary = {
             "steps": total, "train_pairs": len(train_data), "eval_pairs": len(eval_data),
             "train_implicit_accuracy": on_train.get("accuracy"), "train_margin": on_train.get("margin"),

@@ -12,6 +12,7 @@ from rlvr.rollout.preferences import TokenizedPair, load_preference_data, tokeni
 from rlvr.rollout.sampler import batch_indices
 from rlvr.run.ranks import backward_on_share
 from rlvr.run.runtime import optimizer_step
+from rlvr.run.sharding import is_sharded
 
 
 def load_pairs(config, tokenizer, *, main: bool) -> tuple[list[TokenizedPair], list[TokenizedPair]]:
@@ -29,7 +30,7 @@ def load_pairs(config, tokenizer, *, main: bool) -> tuple[list[TokenizedPair], l
 def fit_pairs(run, data: list[TokenizedPair], loss_of: Callable, model, optimizer, scheduler, *,
               measure: Callable[[], dict[str, float]], accuracy: str) -> tuple[dict, dict]:
     """The loop of a pair recipe on ``run`` (a :class:`rlvr.recipes.scaffold.Run`): ``measure()`` (the
-    held-out ``eval/`` metrics, rank 0) before the first step of a new run, every ``eval.every`` steps
+    held-out ``eval/`` metrics, rank 0; every rank for a sharded model, whose passes are collective) before the first step of a new run, every ``eval.every`` steps
     and after the last; :func:`pair_step` in between. Returns the measurements ``(before, after)``; the
     progress bar shows the loss and the batch's ``train/<accuracy>``."""
     config = run.config
@@ -37,7 +38,7 @@ def fit_pairs(run, data: list[TokenizedPair], loss_of: Callable, model, optimize
     if run.done == 0:
         run.evaluations[0] = measure()
         run.tracker.log(0, run.evaluations[0])
-        if run.evaluations[0]:
+        if run.evaluations[0] and run.dist.is_main:
             print("before training: " + ", ".join(f"{k} {v:.3f}" for k, v in run.evaluations[0].items()), flush=True)
     for step in run.steps(total):
         metrics = pair_step(step, data, loss_of, model, optimizer, scheduler, config, run.dist)
@@ -62,7 +63,8 @@ def pair_step(step: int, data: list[TokenizedPair], loss_of: Callable, model, op
     t = config.train
     picked = [data[i] for i in batch_indices(step, t.batch_size, len(data), t.seed)]
     optimizer.zero_grad(set_to_none=True)
-    sums = backward_on_share(picked, t.micro_batch_size, loss_of, list(model.parameters()), dist)
+    sums = backward_on_share(picked, t.micro_batch_size, loss_of, list(model.parameters()), dist,
+                             sharded=is_sharded(model))
     grad_norm = optimizer_step(model.parameters(), optimizer, scheduler, config.optim.grad_clip)
     return {**{f"train/{k}": v for k, v in sums.items()}, "train/grad_norm": grad_norm,
             "train/lr": scheduler.get_last_lr()[0]}

@@ -16,12 +16,14 @@ import torch
 
 from rlvr.algorithms.preference import bradley_terry_loss
 from rlvr.config import RewardModelConfig
-from rlvr.modeling.loading import load_tokenizer
+from rlvr.modeling.loading import load_tokenizer, shard_for_run
 from rlvr.modeling.reward_model import HEADS, load_reward_backbone, save_reward_model
 from rlvr.recipes.pairs import fit_pairs, load_pairs, pair_steps
 from rlvr.recipes.scaffold import Run
 from rlvr.rollout.preferences import TokenizedPair
+from rlvr.run.ranks import sharded_run
 from rlvr.run.runtime import optimizer_from_config
+from rlvr.run.sharded_checkpoint import has_sharded_part
 
 PANELS = [
     ("Bradley-Terry loss", ["train/loss", "eval/loss"]),
@@ -58,7 +60,12 @@ def train(config: RewardModelConfig, *, resume: bool = False, overwrite: bool = 
         config, dist, ev = run.config, run.dist, run.config.eval
         tokenizer = load_tokenizer(config.model.path)
         train_data, eval_data = load_pairs(config, tokenizer, main=dist.is_main)  # bad data fails before the model
-        model = load_reward_backbone(config, tokenizer, str(dist.device), run.checkpoint / "model" if run.checkpoint else None)
+        shard = sharded_run(config.train, dist)
+        whole_checkpoint = run.checkpoint is not None and not has_sharded_part(run.checkpoint)
+        model = load_reward_backbone(config.model_copy(update={"model": config.model.model_copy(update={"dtype": "float32"})})
+                                     if shard else config, tokenizer, str(dist.device),
+                                     run.checkpoint / "model" if whole_checkpoint else None)
+        model = shard_for_run(model, config.model.dtype, run.checkpoint, shard=shard, offload=config.train.cpu_offload)
         score, pad_id, margin = HEADS[config.head], tokenizer.pad_token_id, config.loss.margin
         total = pair_steps(config.train, len(train_data))
         optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, total)
@@ -66,8 +73,9 @@ def train(config: RewardModelConfig, *, resume: bool = False, overwrite: bool = 
         run.restore({"optimizer": optimizer, "scheduler": scheduler}, models={"policy": model}, tokenizer=tokenizer)
 
         def held_out() -> dict[str, float]:
-            """Loss, pairwise accuracy and margin on the held-out pairs (rank 0; none without them)."""
-            if not (eval_data and dist.is_main):
+            """Loss, pairwise accuracy and margin on the held-out pairs (rank 0, or every rank of a sharded
+            model, whose passes are collective; none without them)."""
+            if not (eval_data and (dist.is_main or shard)):
                 return {}
             return {f"eval/{k}": v for k, v in evaluate_pairs(model, config.head, eval_data, pad_id, ev.batch_size,
                                                                margin).items()}

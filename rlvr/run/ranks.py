@@ -59,21 +59,28 @@ def join_run(config, name: str, *, resume: bool = False, overwrite: bool = False
     return config, Path(run_dir), dist
 
 
-def backward_on_share(batch: list, micro_batch_size: int, loss_of, params: list, dist: Distributed) -> dict[str, float]:
+def backward_on_share(batch: list, micro_batch_size: int, loss_of, params: list, dist: Distributed, *,
+                      sharded: bool = False) -> dict[str, float]:
     """The backward pass of one optimizer step of the pair recipes (reward model, DPO), on one process or
     several: this rank takes every world-size-th example of ``batch`` (the whole batch, the same on
     every rank), runs ``loss_of(micro_batch) -> (mean loss, stats)`` over it in micro-batches, each
     weighted by its share of the *whole* batch, and sums the gradients of ``params`` and the stats
-    across ranks. Returns the step's stats, means over the whole batch."""
+    across ranks. A ``sharded`` model's ranks make as many passes as the busiest one (zero-weight
+    repeats of their first micro-batch) and FSDP2 sums the gradients. Returns the step's stats,
+    means over the whole batch."""
     mine = batch[dist.rank :: dist.world_size]
+    starts = list(range(0, len(mine), micro_batch_size))
+    passes = int(dist.max(len(starts))) if sharded else len(starts)
     sums: dict[str, float] = {}
-    for start in range(0, len(mine), micro_batch_size):
-        mb = mine[start : start + micro_batch_size]
+    for index in range(passes):
+        mb = mine[starts[index] : starts[index] + micro_batch_size] if index < len(starts) else mine[:1]
+        weight = len(mb) / len(batch) if index < len(starts) else 0.0
         loss, stats = loss_of(mb)
-        (loss * len(mb) / len(batch)).backward()
+        (loss * weight).backward()
         for key, value in stats.items():
-            sums[key] = sums.get(key, 0.0) + value * len(mb) / len(batch)
-    dist.sum_gradients([p for p in params if p.requires_grad])
+            sums[key] = sums.get(key, 0.0) + value * weight
+    if not sharded:
+        dist.sum_gradients([p for p in params if p.requires_grad])
     if dist.world_size == 1:
         return sums
     out: dict[str, float] = {}
@@ -95,15 +102,14 @@ def check_world_size(config, world_size: int) -> None:
 
 
 #: The runs that cannot shard yet, by the name a recipe starts its run under, and what they are.
-NOT_SHARDED_YET = {"ppo": "the ppo preset (its critic)", "reinforce_baseline": "the reinforce_baseline preset (its critic)",
-                   "rm": "rlvr train-rm", "dpo": "rlvr dpo"}
+NOT_SHARDED_YET = {"ppo": "the ppo preset (its critic)", "reinforce_baseline": "the reinforce_baseline preset (its critic)"}
 
 
 def check_strategy(strategy: str, name: str, world_size: int) -> None:
     """Refuse ``train.strategy: fsdp2`` on several ranks for a run that does not shard yet."""
     if strategy == "fsdp2" and world_size > 1 and name in NOT_SHARDED_YET:
         raise InvalidValueError(f"train.strategy: fsdp2 is not available for {NOT_SHARDED_YET[name]} yet (the critic-free "
-                                "presets of rlvr train and rlvr sft shard); use train.strategy: ddp")
+                                "presets of rlvr train, sft, train-rm and dpo shard); use train.strategy: ddp")
 
 
 def sharded_run(train, dist: Distributed) -> bool:

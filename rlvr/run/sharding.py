@@ -20,6 +20,7 @@ gradients reduced with the rest.
 from __future__ import annotations
 
 import copy
+import warnings
 import weakref
 
 import torch
@@ -30,9 +31,10 @@ _BLUEPRINTS: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = wea
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:
-    """The decoder's list of layers under a causal LM (through a peft wrapper)."""
+    """The decoder's list of layers under a transformers model with a head (causal LM, sequence
+    classification; through a peft wrapper)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    layers = getattr(base.get_decoder(), "layers", None)
+    layers = getattr(getattr(base, "base_model", base), "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
         raise ValueError(f"cannot find the decoder layers of {type(base).__name__} to shard (no `layers` list)")
     return layers
@@ -45,6 +47,9 @@ def shard_model(model, *, param_dtype: torch.dtype | None = None, offload: bool 
     ``offload`` keeps the shards and optimizer state in CPU memory."""
     from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
+    # rlvr's log-prob passes run the root with its output layer swapped for an identity and slice the hidden
+    # states it returns, never changing them in place: FSDP2's warning about views returned is moot there
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
     _BLUEPRINTS[model] = _blueprint(model)
     options = {}
     if param_dtype is not None:
