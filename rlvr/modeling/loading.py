@@ -139,15 +139,17 @@ def load_run_policy(model_config, device, checkpoint: Path | None, *, shard: boo
     return shard_for_run(policy, model_config.dtype, checkpoint, shard=shard, offload=offload)
 
 
-def shard_for_run(model, dtype: str, checkpoint: Path | None, *, shard: bool, offload: bool = False):
+def shard_for_run(model, dtype: str, checkpoint: Path | None, *, shard: bool, offload: bool = False,
+                  name: str = "policy", layers=None):
     """``model`` (float32 weights when ``shard``) FSDP2-sharded over the ranks with ``dtype`` as the compute
-    dtype, its weights read from a sharded checkpoint's ``sharded/policy`` when resuming from one;
-    unchanged when not ``shard``. Every rank calls this."""
+    dtype (``layers``: its units, see :func:`rlvr.run.sharding.shard_model`), its weights read from a
+    sharded checkpoint's ``sharded/<name>`` when resuming from one; unchanged when not ``shard``. Every
+    rank calls this."""
     if shard:
         compute = resolve_dtype(dtype)
-        shard_model(model, param_dtype=None if compute == torch.float32 else compute, offload=offload)
+        shard_model(model, param_dtype=None if compute == torch.float32 else compute, offload=offload, layers=layers)
     if checkpoint is not None and has_sharded_part(checkpoint):
-        load_sharded_model(model, Path(checkpoint) / SHARDED / "policy")
+        load_sharded_model(model, Path(checkpoint) / SHARDED / name)
     return model
 
 

@@ -25,14 +25,16 @@ from rlvr.algorithms.critic import (AdaptiveKLController, FixedKLController, cli
                                     explained_variance, gae, masked_whiten, token_rewards)
 from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate
 from rlvr.config import RunConfig
-from rlvr.modeling.loading import Reference, save_final_model
+from rlvr.modeling.loading import Reference, save_final_model, shard_for_run
 from rlvr.modeling.logprobs import no_grad_logprobs, reference_logprobs
 from rlvr.modeling.value_model import ValueModel, build_critic, policy_parameters
 from rlvr.recipes.rl_run import RLRun
-from rlvr.recipes.update import (Mismatch, TokenMeans, UpdateSettings, global_counts, masked_mean, old_logprobs,
-                                 policy_terms, rows_with_gradient)
+from rlvr.recipes.update import (Mismatch, TokenMeans, UpdateSettings, global_counts, lockstep, masked_mean,
+                                 old_logprobs, policy_terms, rows_with_gradient, zero_weight_pass)
 from rlvr.rollout.batch import Batch, collate
-from rlvr.run.runtime import Distributed, optimizer_from_config
+from rlvr.run.runtime import Distributed, full_norm, optimizer_from_config
+from rlvr.run.sharded_checkpoint import has_sharded_part
+from rlvr.run.sharding import is_sharded, lockstep_passes, whole_copy
 from rlvr.run.tracking import PLOT_PANELS
 
 PPO_PANELS = PLOT_PANELS + [
@@ -52,10 +54,15 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     with RLRun.start(config, resume=resume, overwrite=overwrite) as run:
         config, policy, engine, dist = run.config, run.policy, run.engine, run.dist
         algo, t, device = config.algorithm, config.train, dist.device
-        critic = build_critic(policy, path=config.critic.path or config.model.path, dtype=config.model.dtype,
-                              device=device, lora=config.model.lora.model_dump() if config.model.lora else None,
-                              resume_from=run.checkpoint / "critic" if run.checkpoint else None,
+        shard = is_sharded(policy)
+        whole_checkpoint = run.checkpoint is not None and not has_sharded_part(run.checkpoint)
+        critic = build_critic(policy, path=config.critic.path or config.model.path,
+                              dtype="float32" if shard else config.model.dtype, device=device,
+                              lora=config.model.lora.model_dump() if config.model.lora else None,
+                              resume_from=run.checkpoint / "critic" if whole_checkpoint else None,
                               gradient_checkpointing=config.model.gradient_checkpointing)
+        critic = shard_for_run(critic, config.model.dtype, run.checkpoint, shard=shard, offload=t.cpu_offload,
+                               name="critic", layers=critic.body.layers if shard else None)
         optimizer, scheduler, critic_optimizer, critic_scheduler = _optimizers(config, policy, critic)
         kl_ctl = (AdaptiveKLController(algo.beta, algo.target_kl, algo.kl_horizon) if algo.target_kl
                   else FixedKLController(algo.beta))
@@ -95,8 +102,11 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
 
 
 def _save_final(policy, critic: ValueModel, tokenizer, out) -> None:
-    """The critic beside the run's ``final/`` (as ``final_critic/``), then the policy without the critic's adapter."""
-    critic.save(out.parent / "final_critic")
+    """The critic beside the run's ``final/`` (as ``final_critic/``), then the policy without the critic's adapter.
+    Sharded models are gathered to rank 0 first (every rank calls this; rank 0 writes)."""
+    whole = whole_copy(critic) if is_sharded(critic) else critic
+    if whole is not None:
+        whole.save(out.parent / "final_critic")
     if critic.shares_policy_base:
         policy.delete_adapter("value")
     save_final_model(policy, tokenizer, out)
@@ -139,11 +149,16 @@ def critic_targets(batch: Batch, scores: torch.Tensor, truncated: torch.Tensor, 
     elif not s.single_pass:  # pi_old for the epochs: the engine's where it is exact, else one pass
         batch.old_logp = old_logprobs(policy, batch, s)
     values, after_last = [], []
-    for start in range(0, len(batch), s.micro_batch_size):
+    starts = list(range(0, len(batch), s.micro_batch_size))
+    for index in range(lockstep_passes(critic, len(starts))):  # sharded: as many passes as any rank
+        start = starts[index] if index < len(starts) else 0
         part = batch.select(torch.arange(start, min(start + s.micro_batch_size, len(batch)), device=mask.device))
         v, v_after = critic(part.input_ids, part.attention_mask, part.completion_len, with_bootstrap=True)
-        values.append(v)
-        after_last.append(v_after)
+        if index < len(starts):
+            values.append(v)
+            after_last.append(v_after)
+    if is_sharded(critic):
+        critic.reshard()  # FSDP2 keeps the root gathered for a backward; these passes have none
     batch.old_values = torch.cat(values) * mask  # [N, T]
     rewards = token_rewards(scores, mask, kl=kl, beta=beta, truncated=truncated,
                             truncation="none" if algo.truncation == "none" else "zero")
@@ -190,7 +205,9 @@ def update_actor_critic(policy, critic: ValueModel, batch: Batch, optimizer, cri
     algo = s.algo
     n = len(batch)
     minibatch_size = math.ceil(n / algo.minibatches)
-    policy_params, critic_params = policy_parameters(policy, critic), critic.trainable_parameters()
+    policy_params = [p for group in optimizer.param_groups for p in group["params"]]  # as registered now: sharded
+    critic_params = [p for group in critic_optimizer.param_groups for p in group["params"]]
+    sharded = is_sharded(policy)
     means, critic_means, mismatch = TokenMeans(), TokenMeans(), Mismatch()
     pg_total, value_total, grad_norms, critic_norms, stopped = 0.0, 0.0, [], [], 0.0
     for epoch in range(algo.ppo_epochs):
@@ -204,14 +221,16 @@ def update_actor_critic(policy, critic: ValueModel, batch: Batch, optimizer, cri
                 stopped = 1.0  # far enough from the rollout policy: this minibatch's gradient is dropped
                 break
             pg_total += pg_loss
-            s.dist.sum_gradients(policy_params)
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(policy_params, s.grad_clip)))
+            if not sharded:  # FSDP2 summed them in the backward
+                s.dist.sum_gradients(policy_params)
+            grad_norms.append(full_norm(torch.nn.utils.clip_grad_norm_(policy_params, s.grad_clip)))
             optimizer.step()
             # -- the critic
             critic_optimizer.zero_grad(set_to_none=False)
             value_total += _critic_gradients(critic, minibatch, s, critic_means)
-            s.dist.sum_gradients(critic_params)
-            critic_norms.append(float(torch.nn.utils.clip_grad_norm_(critic_params, s.grad_clip)))
+            if not sharded:
+                s.dist.sum_gradients(critic_params)
+            critic_norms.append(full_norm(torch.nn.utils.clip_grad_norm_(critic_params, s.grad_clip)))
             critic_optimizer.step()
         if stopped:
             break
@@ -242,7 +261,10 @@ def _policy_gradients(policy, minibatch: Batch, s: UpdateSettings, means: TokenM
     agg = global_counts(minibatch, s.dist)
     pg_loss, kl = 0.0, TokenMeans()
     rows = rows_with_gradient(minibatch, s.algo)
-    for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():
+    for micro_rows in lockstep(list(rows.split(s.micro_batch_size)) if len(rows) else [], is_sharded(policy), s.dist):
+        if micro_rows is None:  # a sharded policy: another rank has more micro-batches than this one
+            zero_weight_pass(policy, minibatch, s, agg)
+            continue
         micro = minibatch.select(micro_rows)
         part = policy_terms(policy, micro, s, **agg)
         part.loss.backward()
@@ -262,7 +284,11 @@ def _critic_gradients(critic: ValueModel, minibatch: Batch, s: UpdateSettings, m
     agg = global_counts(minibatch, s.dist) | {"max_len": s.max_len}
     total = 0.0
     rows = (real.sum(dim=1) > 0).nonzero().squeeze(1)
-    for micro_rows in rows.split(s.micro_batch_size) if len(rows) else ():
+    for micro_rows in lockstep(list(rows.split(s.micro_batch_size)) if len(rows) else [], is_sharded(critic), s.dist):
+        if micro_rows is None:  # a sharded critic: another rank has more micro-batches than this one
+            first = minibatch.select(torch.arange(1, device=real.device))
+            (critic(first.input_ids, first.attention_mask, first.completion_len).sum() * 0.0).backward()
+            continue
         micro = minibatch.select(micro_rows)
         values = critic(micro.input_ids, micro.attention_mask, micro.completion_len)  # [n, T]
         loss_t, clipped = clipped_value_loss_per_token(values, micro.old_values, micro.returns, micro.response_mask,

@@ -167,7 +167,7 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
             optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients, no zeroing pass
             for micro_rows in lockstep(list(rows.split(s.micro_batch_size)) if len(rows) else [], sharded, s.dist):
                 if micro_rows is None:  # a sharded policy: another rank has more micro-batches than this one
-                    (policy_terms(policy, minibatch.select(torch.arange(1)), s, **counts).loss * 0.0).backward()
+                    zero_weight_pass(policy, minibatch, s, counts)
                     continue
                 micro = minibatch.select(micro_rows)
                 part = policy_terms(policy, micro, s, **counts)
@@ -194,6 +194,13 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
     })
     out.update(mismatch.metrics())
     return out
+
+
+def zero_weight_pass(policy, minibatch: Batch, s: UpdateSettings, counts: dict[str, float]) -> None:
+    """A forward and backward of ``minibatch``'s first row with weight 0: its gradient is 0, but a sharded
+    policy's collectives run as on the ranks that compute real rows (see :func:`lockstep`)."""
+    first = minibatch.select(torch.arange(1, device=minibatch.input_ids.device))
+    (policy_terms(policy, first, s, **counts).loss * 0.0).backward()
 
 
 def lockstep(micro_batches: list, sharded: bool, dist: Distributed) -> list:

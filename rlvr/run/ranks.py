@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from rlvr.config import CRITIC_PRESETS
 from rlvr.run.checkpoint import restore_states, save_checkpoint, temporary_folder
 from rlvr.run.folder import RunFolderError, prepare_run_folder
 from rlvr.run.runtime import (Distributed, init_distributed, quiet_transformers, rng_state, seed_everything,
@@ -38,7 +39,6 @@ def join_run(config, name: str, *, resume: bool = False, overwrite: bool = False
     broadcast its path, seed, set threads. Returns ``(config with out set, run_dir, dist)``."""
     quiet_transformers()
     dist = init_distributed(config.train.device)
-    check_strategy(config.train.strategy, name, dist.world_size)
     if check is not None:
         check(dist.world_size)
     error, run_dir = None, None
@@ -96,20 +96,13 @@ def check_world_size(config, world_size: int) -> None:
     if t.prompts_per_step % world_size:
         raise InvalidValueError(f"train.prompts_per_step={t.prompts_per_step} is not divisible by the {world_size} "
                                 f"ranks of this run; use a multiple of {world_size}")
+    if t.strategy == "fsdp2" and world_size > 1 and a.preset in CRITIC_PRESETS and config.model.lora is not None:
+        raise InvalidValueError(f"train.strategy: fsdp2 with model.lora cannot train the {a.preset} preset's critic, a "
+                                "second LoRA adapter on the sharded policy; use train.strategy: ddp (LoRA keeps the "
+                                "whole model small) or full fine-tuning")
     if a.minibatches > t.prompts_per_step // world_size:
         raise InvalidValueError(f"algorithm.minibatches ({a.minibatches}) cannot exceed train.prompts_per_step per "
                                 f"rank ({t.prompts_per_step // world_size} on {world_size} ranks)")
-
-
-#: The runs that cannot shard yet, by the name a recipe starts its run under, and what they are.
-NOT_SHARDED_YET = {"ppo": "the ppo preset (its critic)", "reinforce_baseline": "the reinforce_baseline preset (its critic)"}
-
-
-def check_strategy(strategy: str, name: str, world_size: int) -> None:
-    """Refuse ``train.strategy: fsdp2`` on several ranks for a run that does not shard yet."""
-    if strategy == "fsdp2" and world_size > 1 and name in NOT_SHARDED_YET:
-        raise InvalidValueError(f"train.strategy: fsdp2 is not available for {NOT_SHARDED_YET[name]} yet (the critic-free "
-                                "presets of rlvr train, sft, train-rm and dpo shard); use train.strategy: ddp")
 
 
 def sharded_run(train, dist: Distributed) -> bool:

@@ -40,11 +40,12 @@ def decoder_layers(model) -> torch.nn.ModuleList:
     return layers
 
 
-def shard_model(model, *, param_dtype: torch.dtype | None = None, offload: bool = False):
+def shard_model(model, *, param_dtype: torch.dtype | None = None, offload: bool = False, layers=None):
     """Shard ``model`` in place with FSDP2 over the default process group (one unit per decoder layer,
     the root for the rest) and return it. ``param_dtype`` all-gathers parameters in that dtype for
     compute (bf16 on a GPU) while the shards, gradient reduction and optimizer stay float32;
-    ``offload`` keeps the shards and optimizer state in CPU memory."""
+    ``offload`` keeps the shards and optimizer state in CPU memory. ``layers``: the units, when they are
+    not the decoder layers of a transformers model (PPO's critic: its body's)."""
     from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
     # rlvr's log-prob passes run the root with its output layer swapped for an identity and slice the hidden
@@ -56,7 +57,7 @@ def shard_model(model, *, param_dtype: torch.dtype | None = None, offload: bool 
         options["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     if offload:
         options["offload_policy"] = CPUOffloadPolicy()
-    for layer in decoder_layers(model):
+    for layer in layers if layers is not None else decoder_layers(model):
         fully_shard(layer, **options)
     fully_shard(model, **options)
     for module in model.modules():
