@@ -32,6 +32,12 @@ never reaches it). rlvr uses its quickstart config (beta 0.04, z-score groups, s
 guidance from the gold answers on all-wrong groups); TRL its defaults for the rest (dapo loss, beta
 0.04 to match; it has no guidance).
 
+Real model (``--real-model DIR``, e.g. ``--real-model smollm2 --steps 6 --rounds 2 --betas 0``): the
+same step-time measurement on a model users run, SmolLM2-135M-Instruct (built offline by
+``../shared/tools/make_smollm2.sh DIR``), float32, on GSM8K's training problems as chat messages
+(both systems apply the tokenizer's chat template), 2 prompts x 4 samples, up to 256 new tokens,
+lr 1e-6, the reward each problem's rlvr verifier gives its reply.
+
 Settings that cannot be matched: rlvr's generation records the sampling log-probs itself (TRL
 computes them in the update's forward at one epoch); TRL evaluates nothing by itself, so its
 evaluation runs in a callback whose time is subtracted.
@@ -55,6 +61,8 @@ sys.path.insert(0, str(_HERE.parent))
 
 TASK_OPTIONS = {"style": "bare", "max_digits": 3, "ops": "+"}
 STEP_SHAPE = dict(prompts=8, group=8, new_tokens=16, lr=1e-4, layers=4)
+#: ``--real-model``: SmolLM2-135M-Instruct on GSM8K (chat prompts), 256 new tokens.
+REAL_SHAPE = dict(prompts=2, group=4, new_tokens=256, lr=1e-6)
 TTA_SHAPE = dict(prompts=32, group=8, new_tokens=5, layers=2, eval_every=10, eval_limit=500)
 
 
@@ -81,20 +89,24 @@ def build_sft_model(root: Path, seed: int, layers: int, threads: int) -> Path:
     return root / "sft" / "final"
 
 
-def problems(split: str) -> list[dict]:
-    """The task's problems as raw prompt strings (what a run with no chat template feeds the model)."""
+def problems(split: str, task: str = "arithmetic") -> list[dict]:
+    """The task's problems: arithmetic as raw prompt strings (what a run with no chat template feeds
+    the model), GSM8K as chat messages (both systems apply the tokenizer's chat template)."""
     from rlvr.tasks import get_task
 
-    return [{"prompt": p.prompt[-1]["content"], "answer": str(p.reference["answer"])}
-            for p in get_task("arithmetic", split=split, **TASK_OPTIONS)]
+    if task == "arithmetic":
+        return [{"prompt": p.prompt[-1]["content"], "answer": str(p.reference["answer"]), "verifier": "numeric"}
+                for p in get_task("arithmetic", split=split, **TASK_OPTIONS)]
+    return [{"prompt": [dict(m) for m in p.prompt], "answer": str(p.reference["answer"]), "verifier": p.verifier}
+            for p in get_task(task, split=split)]
 
 
-def in_rlvr_order(rows: list[dict], seed: int) -> list[dict]:
+def in_rlvr_order(rows: list[dict], seed: int, task: str = "arithmetic") -> list[dict]:
     """``rows`` in the order an rlvr run with this seed draws its problems: its ``ProblemSampler``
-    over the one suite ``arithmetic`` (the suite's name is part of the sampler's seed)."""
+    over the one suite ``task`` (the suite's name is part of the sampler's seed)."""
     from rlvr.rollout.sampler import ProblemSampler
 
-    return [row for _, row in ProblemSampler({"arithmetic": rows}, {"arithmetic": 1.0}, seed=seed).next(len(rows))]
+    return [row for _, row in ProblemSampler({task: rows}, {task: 1.0}, seed=seed).next(len(rows))]
 
 
 def greedy_accuracy(model, tokenizer, limit: int, max_new_tokens: int) -> float:
@@ -128,12 +140,13 @@ def run_trl(spec: dict) -> dict:
     from rlvr.verifiers import get_verifier
 
     torch.set_num_threads(spec["threads"])
-    model = AutoModelForCausalLM.from_pretrained(spec["model"])
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(spec["model"])
-    numeric = get_verifier("numeric")
+    task = spec.get("task", "arithmetic")
 
-    def exact_answer(completions, answer, **_):  # rlvr's own reward for the task, in TRL's process
-        return [numeric.score(c, {"answer": a}).score for c, a in zip(completions, answer)]
+    def exact_answer(completions, answer, verifier, **_):  # rlvr's own reward for the task, in TRL's process
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]  # chat: the reply's text
+        return [get_verifier(v).score(t, {"answer": a}).score for t, a, v in zip(texts, answer, verifier)]
 
     class Clock(TrainerCallback):
         """Step ends, rewards, and (time to accuracy) the greedy evaluation, whose time is excluded."""
@@ -172,8 +185,10 @@ def run_trl(spec: dict) -> dict:
     clock = Clock()
     # TRL tokenizes a string prompt with the tokenizer's call defaults, which add no <bos> here; rlvr
     # (and the SFT warm start) put <bos> first: write it into the text so that the ids are the same.
-    rows = in_rlvr_order(problems("train"), spec["seed"])  # unshuffled: the same problems as rlvr at every step
-    dataset = Dataset.from_list([{**row, "prompt": tokenizer.bos_token + row["prompt"]} for row in rows])
+    rows = in_rlvr_order(problems("train", task), spec["seed"], task)  # unshuffled: rlvr's problems at every step
+    if task == "arithmetic":
+        rows = [{**row, "prompt": tokenizer.bos_token + row["prompt"]} for row in rows]
+    dataset = Dataset.from_list(rows)
     trainer = GRPOTrainer(model=model, reward_funcs=exact_answer, args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[clock])
     trainer.train()
@@ -201,7 +216,9 @@ def run_rlvr(spec: dict) -> dict:
         base = load_packaged("quickstart.yaml")
         base["eval"] = {"every": spec["eval_every"], "limit": spec["eval_limit"], "at_start": False, "at_end": False}
     else:
-        base = {"data": [{"task": "arithmetic", "options": TASK_OPTIONS}],
+        task = spec.get("task", "arithmetic")
+        data = {"task": "arithmetic", "options": TASK_OPTIONS} if task == "arithmetic" else {"task": task}
+        base = {"data": [data],
                 "algorithm": {"preset": "grpo", "loss_agg": "token_mean", "beta": spec["beta"]},
                 "eval": {"at_start": False, "at_end": False}}
     overrides = {
@@ -262,9 +279,14 @@ def step_times(ends: list[float]) -> list[float]:
 
 
 def step_time_benchmark(args, root: Path) -> None:
-    s = STEP_SHAPE
-    model = build_sft_model(root / "step_model", seed=0, layers=s["layers"], threads=args.threads)
-    print(f"\nstep time: {s['prompts']} prompts x {s['group']} samples, up to {s['new_tokens']} new tokens, "
+    if args.real_model:  # a model users run, on a task users train on
+        s, task, model = REAL_SHAPE, "gsm8k", Path(args.real_model)
+        print(f"\nstep time on {model} (GSM8K, chat template)", end="")
+    else:
+        s, task = STEP_SHAPE, "arithmetic"
+        model = build_sft_model(root / "step_model", seed=0, layers=s["layers"], threads=args.threads)
+        print("\nstep time", end="")
+    print(f": {s['prompts']} prompts x {s['group']} samples, up to {s['new_tokens']} new tokens, "
           f"{args.steps} steps, {args.rounds} alternating rounds, {args.threads} threads", flush=True)
     ratios = {}
     for beta in args.betas:
@@ -274,7 +296,7 @@ def step_time_benchmark(args, root: Path) -> None:
             for system in order:
                 spec = dict(model=str(model), out=str(root / f"{system}_beta{beta:g}_round{round_}"), seed=round_, steps=args.steps,
                             prompts=s["prompts"], group=s["group"], new_tokens=s["new_tokens"], lr=s["lr"],
-                            beta=beta, threads=args.threads)
+                            beta=beta, threads=args.threads, task=task)
                 result = launch(system, spec, root)
                 runs[system].append(result)
                 print(f"  beta {beta} round {round_ + 1} {system:<4}: median step "
@@ -347,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--betas", type=floats, default=[0.0, 0.04], help="KL coefficients, comma-separated")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads of every run")
     parser.add_argument("--time-to-accuracy", action="store_true", help="measure time to accuracy instead of step time")
+    parser.add_argument("--real-model", metavar="DIR",
+                        help="step time on this model folder (SmolLM2-135M-Instruct from ../shared/tools/make_smollm2.sh) "
+                             "with GSM8K chat prompts and 256 new tokens, instead of the tiny model (use few --steps)")
     parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1, 2],
                         help="time to accuracy: seeds (one SFT model each)")
     parser.add_argument("--lrs", type=floats, default=[1.5e-4, 3e-4], help="time to accuracy: learning rates swept")
