@@ -58,6 +58,7 @@ ALG = "tests/test_algorithms.py::"
 CRITIC = "tests/test_critic.py::"
 PRESETS = "tests/test_presets.py::"
 PREF = "tests/test_preference_losses.py::"
+SHARDED = "tests/test_sharded_checkpoint.py::"
 ROLLOUT = "tests/test_rollout.py::"
 PRESET_CONFIG = PRESETS + "test_preset_config_is_the_documented_recipe"
 PRESET_LOSS = PRESETS + "test_preset_loss_of_one_micro_batch_by_hand"
@@ -229,6 +230,15 @@ MUTANTS: list[Mutant] = [
     Mutant("eval-failed-counts-correct", "rlvr.rollout.evaluate:evaluate",
            'correct = [r.status == "ok" and r.score >= success_threshold', "correct = [r.score >= success_threshold",
            tests=("tests/test_evaluate.py::test_evaluate_pass_at_k_by_hand_in_process",)),
+    # ---- sharded runs (the in-process pieces; two-rank runs are subprocesses, out of a mutant's reach) -----
+    Mutant("whole-copy-unties-the-output-layer", "rlvr.run.sharding:whole_copy", "base.tie_weights()", "pass",
+           tests=(SHARDED + "test_a_whole_copy_of_a_sharded_model_has_its_weights_and_ties",)),
+    Mutant("sharded-checkpoint-skips-optimizers", "rlvr.run.sharded_checkpoint:ShardedParts.save",
+           "for name, (optimizer, model) in self.optimizers.items():", "for name, (optimizer, model) in {}.items():",
+           tests=(SHARDED + "test_a_dcp_checkpoint_restores_model_and_adamw_state_bit_identical",)),
+    Mutant("engine-copy-keeps-lora-layers", "rlvr.modeling.loading:generation_copy",
+           "whole = whole.merge_and_unload()", "pass",
+           tests=(SHARDED + "test_a_lora_policy_s_engine_copy_is_the_merged_base",)),
 ]
 
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -433,3 +433,22 @@ def test_stop_on_gold_vs_proxy_ends_the_run_on_the_policy_of_its_best_gold_windo
     final = load_file(str(tmp_path / "final" / "model.safetensors"))
     assert all(torch.equal(final[k], kept[k]) for k in final)
     assert grpo.train(config, resume=True)["stopped"] == summary["stopped"]  # a resume ends at once
+
+
+def test_the_proxy_s_pairwise_accuracy_on_the_policy_s_own_samples_by_hand():
+    """Pairs of one prompt's samples that the gold scores differently: the share the reward model orders
+    the same way, a tie half. Group A: right 0.9 / 0.2, wrong 0.5 -> pairs (0.9>0.5 agree, 0.2<0.5
+    disagree); group B: right 0.4, wrong 0.4 and 0.1 -> (tie 0.5, agree); group C has no mixed pair;
+    an errored gold sample is left out. 2.5 of 4 pairs."""
+    from rlvr.recipes.step_metrics import proxy_pairwise_accuracy, step_metrics  # noqa: F401
+    from rlvr.verifiers.base import Reward
+
+    def group(rows):
+        rewards = [Reward(score=0.0, components={"rm": rm}) for rm, _ in rows]
+        gold = [Reward(score=g, status="ok") if g is not None else Reward(score=0.0, status="error") for _, g in rows]
+        return Group(suite="s", problem=None, prompt_ids=[1], completions=[], rewards=rewards, gold=gold)
+
+    groups = [group([(0.9, 1.0), (0.2, 1.0), (0.5, 0.0)]), group([(0.4, 1.0), (0.4, 0.0), (0.1, 0.0), (3.0, None)]),
+              group([(0.7, 1.0), (0.1, 1.0)])]
+    assert proxy_pairwise_accuracy(groups) == (2.5 / 4, 4.0)
+    assert proxy_pairwise_accuracy([groups[2]]) is None  # nothing to rank

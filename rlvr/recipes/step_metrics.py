@@ -42,6 +42,9 @@ def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mix
             metrics["gold/se"] = _clustered_se([[r.score for r in g.gold if r.status == "ok"] for g in groups])
         scored = [r.components["rm"] for r in rewards if "rm" in r.components]  # unnormalised: its trend is real
         metrics["proxy/reward"] = sum(scored) / max(1, len(scored))
+        ranked = proxy_pairwise_accuracy(groups)
+        if ranked is not None:
+            metrics["proxy/pairwise_accuracy"], metrics["proxy/ranked_pairs"] = ranked
         metrics["time/reward_model"] = rollout.reward_model_s
     for status, count in rollout.status.items():
         metrics[f"verify/status_{status}"] = float(count)
@@ -62,6 +65,26 @@ def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mix
         metrics["reward/kl_seq_mean"] = float(seq_kl.mean())
     metrics.update(update)
     return metrics
+
+
+def proxy_pairwise_accuracy(groups) -> tuple[float, float] | None:
+    """How well the reward model ranks the policy's own samples: over the pairs of samples of one prompt
+    that the verifier scores differently, the share the reward model orders the same way (a tie counts
+    half), and the number of such pairs; None when the step has none. A reward model being gamed
+    rates the policy's new wrong answers above right ones, so this falls as the policy moves."""
+    agree, pairs = 0.0, 0
+    for g in groups:
+        if g.gold is None:
+            continue
+        rated = [(r.components["rm"], gold.score) for r, gold in zip(g.rewards, g.gold)
+                 if "rm" in r.components and gold.status == "ok"]
+        for i, (proxy_i, gold_i) in enumerate(rated):
+            for proxy_j, gold_j in rated[i + 1:]:
+                if gold_i != gold_j:
+                    pairs += 1
+                    same = (proxy_i - proxy_j) * (gold_i - gold_j)
+                    agree += 1.0 if same > 0 else 0.5 if same == 0 else 0.0
+    return (agree / pairs, float(pairs)) if pairs else None
 
 
 def _clustered_se(groups: list[list[float]]) -> float:

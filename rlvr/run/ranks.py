@@ -28,7 +28,8 @@ from rlvr.verifiers.errors import InvalidValueError
 #: Metrics added over ranks (counts, throughput, and losses each rank holds a part of: its numerator
 #: over the global denominators); ``time/`` takes the slowest rank; everything else is the mean of
 #: the ranks that logged it (rates and means over equal-sized rank batches).
-SUMMED = ("train/loss", "train/pg_loss", "critic/value_loss", "rollout/dropped_groups", "perf/tokens_per_s")
+SUMMED = ("train/loss", "train/pg_loss", "critic/value_loss", "rollout/dropped_groups", "perf/tokens_per_s",
+          "proxy/ranked_pairs")
 SUMMED_PREFIXES = ("verify/status_",)
 MAX_PREFIXES = ("time/",)
 
