@@ -16,7 +16,7 @@ from rlvr.rollout.groups import Group, RolloutStats, has_signal
 from rlvr.rollout.batch import sample_tensors
 from rlvr.recipes.step_metrics import step_metrics
 from rlvr.tasks.base import Problem
-from rlvr.run.alarms import Alarms, GoldWindow, gold_fell
+from rlvr.run.alarms import Alarms, GoldWindow, RankingWindow, gold_fell, ranking_fell
 from rlvr.run.tracking import read_metrics
 from rlvr.verifiers import Reward
 
@@ -281,6 +281,47 @@ def test_the_alarm_fires_within_a_window_of_the_gold_turning_down_once_per_stret
     assert alarms.best == GoldWindow.of([(s, p, g, 0.02) for s, (p, g) in list(enumerate(flat, 1))[:2]])
 
 
+def test_ranking_fell_by_hand():
+    before = RankingWindow(accuracy=0.65, se=0.02, pairs=2000)
+    noise = 3.0 * (0.02 ** 2 + 0.04 ** 2) ** 0.5  # 0.134
+    assert not ranking_fell(before, RankingWindow(0.65 - noise - 0.001, 0.04, 600))  # 0.515: beyond the noise,
+    # but the reward model still prefers the right answers
+    assert ranking_fell(before, RankingWindow(0.49, 0.04, 600))  # a fall of 0.16 > 0.134, and below 0.5
+    assert not ranking_fell(before, RankingWindow(0.52, 0.04, 600))  # still prefers right answers: no alarm
+    assert not ranking_fell(RankingWindow(0.55, 0.02, 2000), RankingWindow(0.45, 0.04, 600))  # 0.10: inside the noise
+    assert not ranking_fell(RankingWindow(0.52, 0.0, 2000), RankingWindow(0.49, 0.0, 600))  # min_drop 0.05 decides
+
+
+def test_a_ranking_window_pools_pairs_and_adds_the_errors_in_quadrature():
+    w = RankingWindow.of([(3, 0.8, 0.1, 100.0), (4, 0.5, 0.2, 300.0)])
+    assert w.pairs == 400 and w.accuracy == pytest.approx((80 + 150) / 400)
+    assert w.se == pytest.approx(((0.1 * 100) ** 2 + (0.2 * 300) ** 2) ** 0.5 / 400)
+
+
+def test_the_alarm_fires_when_the_reward_model_turns_against_the_verifier_before_the_gold_falls():
+    """The ranking sign: ten steps at 0.65 (se 0.05, 200 pairs a step), then the reward model's ranking of
+    the policy's samples falls to 0.40 while the gold holds. At step 12 the 3-step window (steps 10-12:
+    0.483, se 0.029) is 0.167 under the reference (steps 1-9, se 0.017; noise 3.0 * 0.033 = 0.10) and
+    below chance: the alarm fires there, the second step of the fall, once. A reward model whose ranking
+    drifts from 0.90 to 0.61 (never below chance) never fires it."""
+    def run(alarms, ranking, first=1):
+        fired = []
+        for step, accuracy in enumerate(ranking, first):
+            metrics = {"proxy/reward": 0.1 * step, "gold/mean": 0.30, "gold/se": 0.02, "proxy/pairwise_accuracy": accuracy,
+                       "proxy/pairwise_se": 0.05, "proxy/ranked_pairs": 200.0}
+            fired += [(step, "ranking" in m) for m in alarms.update(step, metrics)]
+        return fired
+
+    alarms = Alarms(window=2, reference=10)
+    assert run(alarms, [0.65] * 10) == []
+    state = json.loads(json.dumps(alarms.state_dict()))
+    assert run(alarms, [0.40] * 6, first=11) == [(12, True)] and alarms.fired == [(12, "gold_vs_proxy")]
+    resumed = Alarms(window=2, reference=10)
+    resumed.load_state_dict(state)  # the ranking history is kept in checkpoints
+    assert run(resumed, [0.40] * 3, first=11) == [(12, True)]
+    assert run(Alarms(window=2, reference=10), [0.90 - 0.01 * i for i in range(30)]) == []
+
+
 def test_no_alarm_on_a_flat_noisy_gold_beside_a_rising_proxy():
     noise = [0.40, 0.46, 0.37, 0.44, 0.41, 0.35, 0.45, 0.39, 0.43, 0.38] * 3
     alarms = Alarms(window=3)
@@ -450,5 +491,8 @@ def test_the_proxy_s_pairwise_accuracy_on_the_policy_s_own_samples_by_hand():
 
     groups = [group([(0.9, 1.0), (0.2, 1.0), (0.5, 0.0)]), group([(0.4, 1.0), (0.4, 0.0), (0.1, 0.0), (3.0, None)]),
               group([(0.7, 1.0), (0.1, 1.0)])]
-    assert proxy_pairwise_accuracy(groups) == (2.5 / 4, 4.0)
+    accuracy, se, pairs = proxy_pairwise_accuracy(groups)
+    assert (accuracy, pairs) == (2.5 / 4, 4.0)
+    # clusters A (1 of 2 pairs) and B (1.5 of 2): sqrt(2/1 * ((1 - 1.25)^2 + (1.5 - 1.25)^2)) / 4
+    assert se == pytest.approx((2 * (0.25 ** 2 + 0.25 ** 2)) ** 0.5 / 4)
     assert proxy_pairwise_accuracy([groups[2]]) is None  # nothing to rank

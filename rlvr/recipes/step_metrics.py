@@ -44,7 +44,7 @@ def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mix
         metrics["proxy/reward"] = sum(scored) / max(1, len(scored))
         ranked = proxy_pairwise_accuracy(groups)
         if ranked is not None:
-            metrics["proxy/pairwise_accuracy"], metrics["proxy/ranked_pairs"] = ranked
+            metrics["proxy/pairwise_accuracy"], metrics["proxy/pairwise_se"], metrics["proxy/ranked_pairs"] = ranked
         metrics["time/reward_model"] = rollout.reward_model_s
     for status, count in rollout.status.items():
         metrics[f"verify/status_{status}"] = float(count)
@@ -67,24 +67,34 @@ def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mix
     return metrics
 
 
-def proxy_pairwise_accuracy(groups) -> tuple[float, float] | None:
+def proxy_pairwise_accuracy(groups) -> tuple[float, float, float] | None:
     """How well the reward model ranks the policy's own samples: over the pairs of samples of one prompt
     that the verifier scores differently, the share the reward model orders the same way (a tie counts
-    half), and the number of such pairs; None when the step has none. A reward model being gamed
-    rates the policy's new wrong answers above right ones, so this falls as the policy moves."""
-    agree, pairs = 0.0, 0
+    half), its standard error with each prompt as a cluster (its pairs share samples), and the number of
+    such pairs; None when the step has none. A reward model being gamed rates the policy's new wrong
+    answers above its right ones, so this falls as the policy moves."""
+    per_group: list[tuple[float, int]] = []  # (agreements, pairs) of each prompt with a mixed pair
     for g in groups:
         if g.gold is None:
             continue
         rated = [(r.components["rm"], gold.score) for r, gold in zip(g.rewards, g.gold)
                  if "rm" in r.components and gold.status == "ok"]
+        agree, pairs = 0.0, 0
         for i, (proxy_i, gold_i) in enumerate(rated):
             for proxy_j, gold_j in rated[i + 1:]:
                 if gold_i != gold_j:
                     pairs += 1
                     same = (proxy_i - proxy_j) * (gold_i - gold_j)
                     agree += 1.0 if same > 0 else 0.5 if same == 0 else 0.0
-    return (agree / pairs, float(pairs)) if pairs else None
+        if pairs:
+            per_group.append((agree, pairs))
+    total = sum(n for _, n in per_group)
+    if not total:
+        return None
+    accuracy = sum(a for a, _ in per_group) / total
+    k = len(per_group)  # the ratio estimator's cluster-robust standard error (0 with one prompt)
+    se = math.sqrt(k / (k - 1) * sum((a - accuracy * n) ** 2 for a, n in per_group)) / total if k > 1 else 0.0
+    return accuracy, se, float(total)
 
 
 def _clustered_se(groups: list[list[float]]) -> float:

@@ -49,6 +49,39 @@ def gold_fell(before: GoldWindow, now: GoldWindow, *, z: float = 3.5, min_drop: 
     return before.gold - now.gold > max(noise, min_drop) and now.proxy > before.proxy
 
 
+@dataclass(frozen=True)
+class RankingWindow:
+    """The reward model's pairwise accuracy on the policy's own samples pooled over consecutive steps (each
+    step's pairs weighted by their number) and its standard error (the steps' samples are independent)."""
+
+    accuracy: float
+    se: float
+    pairs: float
+
+    @classmethod
+    def of(cls, rows: list[tuple[int, float, float, float]]) -> "RankingWindow":
+        """The window of ``rows``, each ``(step, accuracy, standard error, pairs)``."""
+        pairs = sum(r[3] for r in rows)
+        if not pairs:
+            return cls(0.5, math.inf, 0.0)
+        return cls(accuracy=sum(r[1] * r[3] for r in rows) / pairs,
+                   se=math.sqrt(sum((r[2] * r[3]) ** 2 for r in rows)) / pairs, pairs=pairs)
+
+
+def ranking_fell(before: RankingWindow, now: RankingWindow, *, z: float = 3.0, min_drop: float = 0.05) -> bool:
+    """The reward model is being gamed: on the policy's own samples it now ranks wrong answers above right
+    ones more often than not, after ranking them better before,
+
+        now.accuracy < 0.5   and   before.accuracy - now.accuracy > max(z * sqrt(before.se^2 + now.se^2), min_drop)
+
+    A policy that games its reward model makes new answers that the reward model likes and the verifier
+    does not: the ranking on the policy's own samples turns before the verifier's mean score does,
+    because it does not wait for the wrong answers to become the majority. A good reward model stays
+    far above 0.5 on the policy's samples, so a healthy run cannot meet the first condition."""
+    noise = z * math.sqrt(before.se ** 2 + now.se ** 2)
+    return now.accuracy < 0.5 and before.accuracy - now.accuracy > max(noise, min_drop)
+
+
 class Alarms:
     """Warns when training is silently not learning, after ``patience`` consecutive bad steps.
 
@@ -58,12 +91,12 @@ class Alarms:
       truncation      >= 50% of completions hit max_new_tokens
       no_extraction   >= 90% of completions had no answer the verifier could extract
 
-    and, with a reward model, ``gold_vs_proxy``: the verifier's mean score on the step's own samples
-    (``gold/mean``, never optimised), averaged over the last ``window`` steps, fell below its mean over
-    the ``reference`` steps before them beyond sampling noise while the reward model's score
-    (``proxy/reward``) rose (:func:`gold_fell`). The samples are scored every step, so a collapse fires
-    it ``window`` steps after it starts, long before a greedy evaluation would show it; it fires once
-    per stretch. ``best`` is the run's best gold window and ``new_best`` whether this step made it
+    and, with a reward model, ``gold_vs_proxy``, on either of two signs: the verifier's mean score on the
+    step's own samples (``gold/mean``, never optimised), averaged over the last ``window`` steps, fell
+    below its mean over the ``reference`` steps before them beyond sampling noise while the reward
+    model's score (``proxy/reward``) rose (:func:`gold_fell`); or the reward model's ranking of the
+    policy's own samples (``proxy/pairwise_accuracy``) fell below chance from where it was over the
+    same reference steps (:func:`ranking_fell`), which comes first. It fires once per stretch. ``best`` is the run's best gold window and ``new_best`` whether this step made it
     (the policy to keep when the run stops on this alarm).
     """
 
@@ -78,11 +111,14 @@ class Alarms:
     }
     NAMES = (*THRESHOLDS, "gold_vs_proxy")
 
-    def __init__(self, patience: int = 5, window: int = 2, reference: int = 10, z: float = 3.5, min_drop: float = 0.03):
+    def __init__(self, patience: int = 5, window: int = 2, reference: int = 10, z: float = 3.5, min_drop: float = 0.03,
+                 ranking_z: float = 3.0, ranking_window: int = 3):
         self.patience, self.window, self.reference, self.z, self.min_drop = patience, window, reference, z, min_drop
+        self.ranking_z, self.ranking_window = ranking_z, ranking_window
         self.streak = {name: 0 for name in self.THRESHOLDS}
         self.fired: list[tuple[int, str]] = []
         self.recent: list[tuple[int, float, float, float]] = []  # (step, proxy, gold, gold se) of the last steps
+        self.ranked: list[tuple[int, float, float, float]] = []  # (step, pairwise accuracy, its se, pairs)
         self.best: GoldWindow | None = None
         self.new_best = False
         self.diverging = False
@@ -110,29 +146,55 @@ class Alarms:
                 if self.best is None or now.gold > self.best.gold:
                     self.best, self.new_best = now, True
                 before = self.recent[:-self.window]
-                fell = len(before) >= self.window and gold_fell(GoldWindow.of(before), now, z=self.z,
-                                                                  min_drop=self.min_drop)
+                gold_down = len(before) >= self.window and gold_fell(GoldWindow.of(before), now, z=self.z,
+                                                                       min_drop=self.min_drop)
+                ranking_down = self._ranking_fell(step, metrics)
+                fell = gold_down or ranking_down is not None
                 if fell and not self.diverging:
-                    ref = GoldWindow.of(before)
+                    if gold_down:
+                        ref = GoldWindow.of(before)
+                        sign = (f"the verifier's score of the samples (gold/mean) fell from {ref.gold:.3f} (steps "
+                                f"{before[0][0]}-{ref.step}) to {now.gold:.3f} (the last {self.window} steps) while the "
+                                f"reward model's (proxy/reward) rose {ref.proxy:.3g} -> {now.proxy:.3g}")
+                    else:
+                        (first, ref), ranked = ranking_down
+                        sign = (f"the reward model's ranking of the policy's own samples against the verifier "
+                                f"(proxy/pairwise_accuracy) fell from {ref.accuracy:.3f} (steps {first}-"
+                                f"{step - self.ranking_window}) to {ranked.accuracy:.3f} (the last {self.ranking_window} "
+                                "steps): it now "
+                                "prefers the policy's wrong answers to its right ones")
                     messages.append(
-                        f"ALARM gold_vs_proxy at step {step}: the verifier's score of the samples (gold/mean) fell "
-                        f"from {ref.gold:.3f} (steps {before[0][0]}-{ref.step}) to {now.gold:.3f} (the last "
-                        f"{self.window} steps) while the reward model's (proxy/reward) rose {ref.proxy:.3g} -> "
-                        f"{now.proxy:.3g}: the policy is over-optimising the reward model (log.stop_on: "
-                        "[gold_vs_proxy] ends the run here and keeps its best policy; or raise algorithm.beta, or try "
-                        "reward_model.ensemble: min over several models)")
+                        f"ALARM gold_vs_proxy at step {step}: {sign}: the policy is over-optimising the reward model "
+                        "(log.stop_on: [gold_vs_proxy] ends the run here and keeps its best policy; or raise "
+                        "algorithm.beta, or try reward_model.ensemble: min over several models)")
                     self.fired.append((step, "gold_vs_proxy"))
                 self.diverging = fell
         return messages
 
+    def _ranking_fell(self, step: int, metrics: dict[str, Any]):
+        """``((first reference step, reference window), last window)`` when :func:`ranking_fell` holds
+        for this step's ``proxy/pairwise_accuracy`` history, else None."""
+        accuracy = metrics.get("proxy/pairwise_accuracy")
+        if isinstance(accuracy, (int, float)):
+            row = (step, float(accuracy), float(metrics.get("proxy/pairwise_se", 0.0)),
+                   float(metrics.get("proxy/ranked_pairs", 0.0)))
+            self.ranked = [*self.ranked, row][-(self.reference + self.ranking_window):]
+        k = self.ranking_window
+        if len(self.ranked) < 2 * k or self.ranked[-1][0] != step:
+            return None
+        before, now = RankingWindow.of(self.ranked[:-k]), RankingWindow.of(self.ranked[-k:])
+        return ((self.ranked[0][0], before), now) if ranking_fell(before, now, z=self.ranking_z) else None
+
     def state_dict(self) -> dict[str, Any]:
         return {"streak": dict(self.streak), "fired": list(self.fired), "recent": list(self.recent),
-                "best": list(vars(self.best).values()) if self.best else None, "diverging": self.diverging}
+                "ranked": list(self.ranked), "best": list(vars(self.best).values()) if self.best else None,
+                "diverging": self.diverging}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.streak.update(state["streak"])
         self.fired = [tuple(x) for x in state["fired"]]
         self.recent = [tuple(x) for x in state.get("recent", [])]
+        self.ranked = [tuple(x) for x in state.get("ranked", [])]
         self.best = GoldWindow(*state["best"]) if state.get("best") else None
         self.diverging = state.get("diverging", False)
 
