@@ -159,3 +159,15 @@ def send_weights(engine, policy) -> None:
             pass
     else:
         engine.update_weights(weights)
+
+
+def evaluation_engine(model, tokenizer, *, sharded: bool, dtype: str, device, needed: bool = True):
+    """The HF engine an offline recipe (SFT, DPO) evaluates with: over ``model`` itself; or, for a sharded
+    model, over a whole copy on the rank that evaluates (``needed``; None on the others), which
+    :func:`send_weights` brings up to date before each evaluation."""
+    from rlvr.engines.hf import HFEngine
+    from rlvr.modeling.loading import generation_copy
+
+    if not sharded:
+        return HFEngine(model, tokenizer)
+    return HFEngine(generation_copy(model, dtype, device), tokenizer, weight_sync="merged") if needed else None

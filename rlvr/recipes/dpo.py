@@ -24,10 +24,10 @@ import torch
 
 from rlvr.algorithms.preference import dpo_loss
 from rlvr.config import DPOConfig
-from rlvr.engines import HFEngine, SamplingParams
-from rlvr.engines.weight_sync import send_weights
+from rlvr.engines import SamplingParams
+from rlvr.engines.weight_sync import evaluation_engine, send_weights
 from rlvr.modeling.forward_choice import forward_note
-from rlvr.modeling.loading import Reference, generation_copy, load_run_policy, load_tokenizer, save_final_model
+from rlvr.modeling.loading import Reference, load_run_policy, load_tokenizer, save_final_model
 from rlvr.modeling.logprobs import collate_completions, completion_logprobs
 from rlvr.recipes.pairs import fit_pairs, load_pairs, pair_steps
 from rlvr.recipes.scaffold import Run
@@ -105,9 +105,8 @@ def train(config: DPOConfig, *, resume: bool = False, overwrite: bool = False) -
                               logits_chunk_mb=config.model.logits_chunk_mb)
         pad_id, total = tokenizer.pad_token_id, pair_steps(config.train, len(train_data))
         optimizer, scheduler = optimizer_from_config(policy.parameters(), config.optim, total)
-        engine = HFEngine(policy, tokenizer) if not shard else \
-            HFEngine(generation_copy(policy, config.model.dtype, dist.device), tokenizer, weight_sync="merged") \
-            if problems else None  # sharded: rank 0 measures gold accuracy on a whole copy
+        engine = evaluation_engine(policy, tokenizer, sharded=shard, dtype=config.model.dtype, device=dist.device,
+                                   needed=bool(problems))  # sharded: rank 0 measures gold accuracy on a whole copy
         encode = PromptEncoder(tokenizer)
         runner = VerifierRunner() if problems else None
         if runner is not None:

@@ -17,10 +17,10 @@ from typing import Any
 
 
 from rlvr.config import SFTConfig
-from rlvr.engines import HFEngine, SamplingParams
-from rlvr.engines.weight_sync import send_weights
+from rlvr.engines import SamplingParams
+from rlvr.engines.weight_sync import evaluation_engine, send_weights
 from rlvr.modeling.forward_choice import forward_note
-from rlvr.modeling.loading import generation_copy, load_run_policy, load_tokenizer, save_final_model
+from rlvr.modeling.loading import load_run_policy, load_tokenizer, save_final_model
 from rlvr.modeling.logprobs import collate_completions, completion_logprobs
 from rlvr.recipes.scaffold import Run
 from rlvr.rollout.chat import Messages
@@ -125,9 +125,8 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
             print(f"forward: {forward_note(model)}", flush=True)
         data = _tokenize(tokenizer, sources)
         optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, t.steps)
-        engine = HFEngine(model, tokenizer) if not shard else \
-            HFEngine(generation_copy(model, config.model.dtype, dist.device), tokenizer, weight_sync="merged") \
-            if eval_problems else None  # sharded: rank 0 evaluates on a whole copy
+        engine = evaluation_engine(model, tokenizer, sharded=shard, dtype=config.model.dtype, device=dist.device,
+                                   needed=bool(eval_problems))  # sharded: rank 0 evaluates on a whole copy
         encode = PromptEncoder(tokenizer, first.chat_template)  # held-out prompts as the first source's
         runner = VerifierRunner() if eval_problems else None
         if runner is not None:
