@@ -282,19 +282,20 @@ def test_the_alarm_fires_within_a_window_of_the_gold_turning_down_once_per_stret
 
 
 def test_ranking_fell_by_hand():
-    before = RankingWindow(accuracy=0.65, se=0.02, pairs=2000)
+    before = RankingWindow(accuracy=0.65, se=0.02, pairs=2000, proxy=1.0)
     noise = 3.0 * (0.02 ** 2 + 0.04 ** 2) ** 0.5  # 0.134
-    assert not ranking_fell(before, RankingWindow(0.65 - noise - 0.001, 0.04, 600))  # 0.515: beyond the noise,
+    assert not ranking_fell(before, RankingWindow(0.65 - noise - 0.001, 0.04, 600, 1.5))  # 0.515: beyond the noise,
     # but the reward model still prefers the right answers
-    assert ranking_fell(before, RankingWindow(0.49, 0.04, 600))  # a fall of 0.16 > 0.134, and below 0.5
-    assert not ranking_fell(before, RankingWindow(0.52, 0.04, 600))  # still prefers right answers: no alarm
-    assert not ranking_fell(RankingWindow(0.55, 0.02, 2000), RankingWindow(0.45, 0.04, 600))  # 0.10: inside the noise
-    assert not ranking_fell(RankingWindow(0.52, 0.0, 2000), RankingWindow(0.49, 0.0, 600))  # min_drop 0.05 decides
+    assert ranking_fell(before, RankingWindow(0.49, 0.04, 600, 1.5))  # a fall of 0.16 > 0.134, and below 0.5
+    assert not ranking_fell(before, RankingWindow(0.49, 0.04, 600, 0.9))  # ... but the score fell: a noisy dip
+    assert not ranking_fell(before, RankingWindow(0.52, 0.04, 600, 1.5))  # still prefers right answers: no alarm
+    assert not ranking_fell(RankingWindow(0.55, 0.02, 2000, 1.0), RankingWindow(0.45, 0.04, 600, 1.5))  # 0.10: noise
+    assert not ranking_fell(RankingWindow(0.52, 0.0, 2000, 1.0), RankingWindow(0.49, 0.0, 600, 1.5))  # min_drop 0.05
 
 
 def test_a_ranking_window_pools_pairs_and_adds_the_errors_in_quadrature():
-    w = RankingWindow.of([(3, 0.8, 0.1, 100.0), (4, 0.5, 0.2, 300.0)])
-    assert w.pairs == 400 and w.accuracy == pytest.approx((80 + 150) / 400)
+    w = RankingWindow.of([(3, 0.8, 0.1, 100.0, 1.0), (4, 0.5, 0.2, 300.0, 2.0)])
+    assert w.pairs == 400 and w.accuracy == pytest.approx((80 + 150) / 400) and w.proxy == 1.5
     assert w.se == pytest.approx(((0.1 * 100) ** 2 + (0.2 * 300) ** 2) ** 0.5 / 400)
 
 
@@ -302,12 +303,13 @@ def test_the_alarm_fires_when_the_reward_model_turns_against_the_verifier_before
     """The ranking sign: ten steps at 0.65 (se 0.05, 200 pairs a step), then the reward model's ranking of
     the policy's samples falls to 0.40 while the gold holds. At step 12 the 3-step window (steps 10-12:
     0.483, se 0.029) is 0.167 under the reference (steps 1-9, se 0.017; noise 3.0 * 0.033 = 0.10) and
-    below chance: the alarm fires there, the second step of the fall, once. A reward model whose ranking
-    drifts from 0.90 to 0.61 (never below chance) never fires it."""
-    def run(alarms, ranking, first=1):
+    below chance while the score rose: the alarm fires there, the second step of the fall, once. A reward
+    model whose ranking drifts from 0.90 to 0.61 (never below chance) never fires it, nor does the same
+    dip with a falling score."""
+    def run(alarms, ranking, first=1, proxy_slope=0.1):
         fired = []
         for step, accuracy in enumerate(ranking, first):
-            metrics = {"proxy/reward": 0.1 * step, "gold/mean": 0.30, "gold/se": 0.02, "proxy/pairwise_accuracy": accuracy,
+            metrics = {"proxy/reward": proxy_slope * step, "gold/mean": 0.30, "gold/se": 0.02, "proxy/pairwise_accuracy": accuracy,
                        "proxy/pairwise_se": 0.05, "proxy/ranked_pairs": 200.0}
             fired += [(step, "ranking" in m) for m in alarms.update(step, metrics)]
         return fired
@@ -320,6 +322,8 @@ def test_the_alarm_fires_when_the_reward_model_turns_against_the_verifier_before
     resumed.load_state_dict(state)  # the ranking history is kept in checkpoints
     assert run(resumed, [0.40] * 3, first=11) == [(12, True)]
     assert run(Alarms(window=2, reference=10), [0.90 - 0.01 * i for i in range(30)]) == []
+    # the same dip with the reward model's score falling: a weak reward model's noisy ranking, no alarm
+    assert run(Alarms(window=2, reference=10), [0.65] * 10 + [0.40] * 6, proxy_slope=-0.1) == []
 
 
 def test_no_alarm_on_a_flat_noisy_gold_beside_a_rising_proxy():

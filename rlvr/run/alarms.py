@@ -57,29 +57,32 @@ class RankingWindow:
     accuracy: float
     se: float
     pairs: float
+    proxy: float = 0.0  # the reward model's mean score over the same steps
 
     @classmethod
-    def of(cls, rows: list[tuple[int, float, float, float]]) -> "RankingWindow":
-        """The window of ``rows``, each ``(step, accuracy, standard error, pairs)``."""
-        pairs = sum(r[3] for r in rows)
+    def of(cls, rows: list[tuple[int, float, float, float, float]]) -> "RankingWindow":
+        """The window of ``rows``, each ``(step, accuracy, standard error, pairs, proxy reward)``."""
+        pairs, proxy = sum(r[3] for r in rows), sum(r[4] for r in rows) / max(1, len(rows))
         if not pairs:
-            return cls(0.5, math.inf, 0.0)
+            return cls(0.5, math.inf, 0.0, proxy)
         return cls(accuracy=sum(r[1] * r[3] for r in rows) / pairs,
-                   se=math.sqrt(sum((r[2] * r[3]) ** 2 for r in rows)) / pairs, pairs=pairs)
+                   se=math.sqrt(sum((r[2] * r[3]) ** 2 for r in rows)) / pairs, pairs=pairs, proxy=proxy)
 
 
 def ranking_fell(before: RankingWindow, now: RankingWindow, *, z: float = 3.0, min_drop: float = 0.05) -> bool:
     """The reward model is being gamed: on the policy's own samples it now ranks wrong answers above right
-    ones more often than not, after ranking them better before,
+    ones more often than not, after ranking them better before, while its score rose,
 
         now.accuracy < 0.5   and   before.accuracy - now.accuracy > max(z * sqrt(before.se^2 + now.se^2), min_drop)
+                             and   now.proxy > before.proxy
 
     A policy that games its reward model makes new answers that the reward model likes and the verifier
     does not: the ranking on the policy's own samples turns before the verifier's mean score does,
     because it does not wait for the wrong answers to become the majority. A good reward model stays
-    far above 0.5 on the policy's samples, so a healthy run cannot meet the first condition."""
+    far above 0.5 on the policy's samples; a weak one's ranking is noisy from step to step, and a dip of
+    it without a rising score is noise, not the policy finding what the reward model overrates."""
     noise = z * math.sqrt(before.se ** 2 + now.se ** 2)
-    return now.accuracy < 0.5 and before.accuracy - now.accuracy > max(noise, min_drop)
+    return now.accuracy < 0.5 and before.accuracy - now.accuracy > max(noise, min_drop) and now.proxy > before.proxy
 
 
 class Alarms:
@@ -118,7 +121,7 @@ class Alarms:
         self.streak = {name: 0 for name in self.THRESHOLDS}
         self.fired: list[tuple[int, str]] = []
         self.recent: list[tuple[int, float, float, float]] = []  # (step, proxy, gold, gold se) of the last steps
-        self.ranked: list[tuple[int, float, float, float]] = []  # (step, pairwise accuracy, its se, pairs)
+        self.ranked: list[tuple[int, float, float, float, float]] = []  # (step, pairwise accuracy, se, pairs, proxy)
         self.best: GoldWindow | None = None
         self.new_best = False
         self.diverging = False
@@ -177,7 +180,7 @@ class Alarms:
         accuracy = metrics.get("proxy/pairwise_accuracy")
         if isinstance(accuracy, (int, float)):
             row = (step, float(accuracy), float(metrics.get("proxy/pairwise_se", 0.0)),
-                   float(metrics.get("proxy/ranked_pairs", 0.0)))
+                   float(metrics.get("proxy/ranked_pairs", 0.0)), float(metrics.get("proxy/reward", 0.0)))
             self.ranked = [*self.ranked, row][-(self.reference + self.ranking_window):]
         k = self.ranking_window
         if len(self.ranked) < 2 * k or self.ranked[-1][0] != step:
