@@ -197,7 +197,7 @@ class Alarms:
         self.streak.update(state["streak"])
         self.fired = [tuple(x) for x in state["fired"]]
         self.recent = [tuple(x) for x in state.get("recent", [])]
-        self.ranked = [tuple(x) for x in state.get("ranked", [])]
+        self.ranked = [tuple(x) for x in state.get("ranked", []) if len(x) == 5]  # (earlier rows lacked the proxy)
         self.best = GoldWindow(*state["best"]) if state.get("best") else None
         self.diverging = state.get("diverging", False)
 
