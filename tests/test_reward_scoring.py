@@ -321,6 +321,9 @@ def test_the_alarm_fires_when_the_reward_model_turns_against_the_verifier_before
     resumed = Alarms(window=2, reference=10)
     resumed.load_state_dict(state)  # the ranking history is kept in checkpoints
     assert run(resumed, [0.40] * 3, first=11) == [(12, True)]
+    older = Alarms(window=2, reference=10)  # a checkpoint whose ranking rows lack the proxy: history restarts
+    older.load_state_dict({**state, "ranked": [row[:4] for row in state["ranked"]]})
+    assert older.ranked == [] and run(older, [0.40] * 3, first=11) == []
     assert run(Alarms(window=2, reference=10), [0.90 - 0.01 * i for i in range(30)]) == []
     # the same dip with the reward model's score falling: a weak reward model's noisy ranking, no alarm
     assert run(Alarms(window=2, reference=10), [0.65] * 10 + [0.40] * 6, proxy_slope=-0.1) == []
