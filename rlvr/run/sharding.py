@@ -14,7 +14,12 @@ The output layer can be used outside the model's forward (``rlvr.modeling.logpro
 log-probs a chunk at a time from the final hidden states): the root's forward still runs (the
 output layer swapped for an identity inside it), so the root's parameters are gathered, stay
 gathered through the backward (FSDP2 does not reshard the root after its forward) and have their
-gradients reduced with the rest.
+gradients reduced with the rest. A pass without a backward must reshard the root itself.
+
+Every rank must make as many forwards (:func:`lockstep_passes`). Whole copies come from a blueprint
+kept at sharding time (the structure, parameters on the meta device): :func:`whole_copy` gathers the
+weights into one on rank 0 (the final model), :func:`whole_zeros` makes an empty one for weights
+pushed one tensor at a time (the HF engine's copy).
 """
 
 from __future__ import annotations
