@@ -12,7 +12,6 @@ from rlvr.rollout.preferences import TokenizedPair, load_preference_data, tokeni
 from rlvr.rollout.sampler import batch_indices
 from rlvr.run.ranks import backward_on_share
 from rlvr.run.runtime import optimizer_step
-from rlvr.run.sharding import is_sharded
 
 
 def load_pairs(config, tokenizer, *, main: bool) -> tuple[list[TokenizedPair], list[TokenizedPair]]:
@@ -63,8 +62,7 @@ def pair_step(step: int, data: list[TokenizedPair], loss_of: Callable, model, op
     t = config.train
     picked = [data[i] for i in batch_indices(step, t.batch_size, len(data), t.seed)]
     optimizer.zero_grad(set_to_none=True)
-    sums = backward_on_share(picked, t.micro_batch_size, loss_of, list(model.parameters()), dist,
-                             sharded=is_sharded(model))
+    sums = backward_on_share(picked, t.micro_batch_size, loss_of, model, dist)
     grad_norm = optimizer_step(model.parameters(), optimizer, scheduler, config.optim.grad_clip)
     return {**{f"train/{k}": v for k, v in sums.items()}, "train/grad_norm": grad_norm,
             "train/lr": scheduler.get_last_lr()[0]}

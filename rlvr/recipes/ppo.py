@@ -261,7 +261,7 @@ def _policy_gradients(policy, minibatch: Batch, s: UpdateSettings, means: TokenM
     agg = global_counts(minibatch, s.dist)
     pg_loss, kl = 0.0, TokenMeans()
     rows = rows_with_gradient(minibatch, s.algo)
-    for micro_rows in lockstep(list(rows.split(s.micro_batch_size)) if len(rows) else [], is_sharded(policy), s.dist):
+    for micro_rows in lockstep(rows, s.micro_batch_size, policy):
         if micro_rows is None:  # a sharded policy: another rank has more micro-batches than this one
             zero_weight_pass(policy, minibatch, s, agg)
             continue
@@ -284,7 +284,7 @@ def _critic_gradients(critic: ValueModel, minibatch: Batch, s: UpdateSettings, m
     agg = global_counts(minibatch, s.dist) | {"max_len": s.max_len}
     total = 0.0
     rows = (real.sum(dim=1) > 0).nonzero().squeeze(1)
-    for micro_rows in lockstep(list(rows.split(s.micro_batch_size)) if len(rows) else [], is_sharded(critic), s.dist):
+    for micro_rows in lockstep(rows, s.micro_batch_size, critic):
         if micro_rows is None:  # a sharded critic: another rank has more micro-batches than this one
             first = minibatch.select(torch.arange(1, device=real.device))
             (critic(first.input_ids, first.attention_mask, first.completion_len).sum() * 0.0).backward()

@@ -17,7 +17,7 @@ import torch
 
 from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss, truncated_importance_weights
 from rlvr.modeling.logprobs import completion_logprobs, no_grad_logprobs
-from rlvr.run.sharding import is_sharded
+from rlvr.run.sharding import is_sharded, lockstep_passes
 from rlvr.rollout.batch import Batch
 from rlvr.run.runtime import Distributed, full_norm
 
@@ -165,7 +165,7 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
             computed_rows += len(rows)
             counts = global_counts(minibatch, s.dist)
             optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients, no zeroing pass
-            for micro_rows in lockstep(list(rows.split(s.micro_batch_size)) if len(rows) else [], sharded, s.dist):
+            for micro_rows in lockstep(rows, s.micro_batch_size, policy):
                 if micro_rows is None:  # a sharded policy: another rank has more micro-batches than this one
                     zero_weight_pass(policy, minibatch, s, counts)
                     continue
@@ -203,13 +203,12 @@ def zero_weight_pass(policy, minibatch: Batch, s: UpdateSettings, counts: dict[s
     (policy_terms(policy, first, s, **counts).loss * 0.0).backward()
 
 
-def lockstep(micro_batches: list, sharded: bool, dist: Distributed) -> list:
-    """The micro-batches this rank runs: its own, then, for a sharded policy, ``None`` up to the most
-    any rank has. FSDP2 all-gathers every layer in each forward and reduce-scatters in each backward,
-    so every rank must make as many passes; a ``None`` is a pass with zero weight (its gradient is 0)."""
-    if not sharded:
-        return micro_batches
-    return micro_batches + [None] * (int(dist.max(len(micro_batches))) - len(micro_batches))
+def lockstep(rows: torch.Tensor, micro_batch_size: int, model) -> list:
+    """The micro-batches (row indices) this rank runs over ``rows``: its own, then, for a sharded ``model``,
+    ``None`` up to the most any rank has (:func:`rlvr.run.sharding.lockstep_passes`); a ``None`` is a pass
+    with zero weight (its gradient is 0)."""
+    micro_batches = list(rows.split(micro_batch_size)) if len(rows) else []
+    return micro_batches + [None] * (lockstep_passes(model, len(micro_batches)) - len(micro_batches))
 
 
 def global_counts(minibatch: Batch, dist: Distributed) -> dict[str, float]:

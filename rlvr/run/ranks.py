@@ -22,6 +22,7 @@ from rlvr.run.folder import RunFolderError, prepare_run_folder
 from rlvr.run.runtime import (Distributed, init_distributed, quiet_transformers, rng_state, seed_everything,
                               set_rng_state, set_threads)
 from rlvr.run.sharded_checkpoint import SHARDED, ShardedParts
+from rlvr.run.sharding import is_sharded, lockstep_passes
 from rlvr.run.tracking import Tracker
 from rlvr.verifiers.errors import InvalidValueError
 
@@ -60,18 +61,17 @@ def join_run(config, name: str, *, resume: bool = False, overwrite: bool = False
     return config, Path(run_dir), dist
 
 
-def backward_on_share(batch: list, micro_batch_size: int, loss_of, params: list, dist: Distributed, *,
-                      sharded: bool = False) -> dict[str, float]:
+def backward_on_share(batch: list, micro_batch_size: int, loss_of, model, dist: Distributed) -> dict[str, float]:
     """The backward pass of one optimizer step of the pair recipes (reward model, DPO), on one process or
     several: this rank takes every world-size-th example of ``batch`` (the whole batch, the same on
     every rank), runs ``loss_of(micro_batch) -> (mean loss, stats)`` over it in micro-batches, each
-    weighted by its share of the *whole* batch, and sums the gradients of ``params`` and the stats
-    across ranks. A ``sharded`` model's ranks make as many passes as the busiest one (zero-weight
+    weighted by its share of the *whole* batch, and sums the gradients of ``model`` and the stats
+    across ranks. A sharded model's ranks make as many passes as the busiest one (zero-weight
     repeats of their first micro-batch) and FSDP2 sums the gradients. Returns the step's stats,
     means over the whole batch."""
     mine = batch[dist.rank :: dist.world_size]
     starts = list(range(0, len(mine), micro_batch_size))
-    passes = int(dist.max(len(starts))) if sharded else len(starts)
+    passes = lockstep_passes(model, len(starts))
     sums: dict[str, float] = {}
     for index in range(passes):
         mb = mine[starts[index] : starts[index] + micro_batch_size] if index < len(starts) else mine[:1]
@@ -80,8 +80,8 @@ def backward_on_share(batch: list, micro_batch_size: int, loss_of, params: list,
         (loss * weight).backward()
         for key, value in stats.items():
             sums[key] = sums.get(key, 0.0) + value * weight
-    if not sharded:
-        dist.sum_gradients([p for p in params if p.requires_grad])
+    if not is_sharded(model):  # FSDP2 summed them in the backward
+        dist.sum_gradients([p for p in model.parameters() if p.requires_grad])
     if dist.world_size == 1:
         return sums
     out: dict[str, float] = {}

@@ -217,14 +217,6 @@ class Distributed:
         torch.distributed.all_reduce(tensor)
         return float(tensor.item())
 
-    def max(self, value: float) -> float:
-        """The largest ``value`` of all ranks."""
-        if self.world_size == 1:
-            return value
-        tensor = torch.tensor([float(value)], dtype=torch.float64)
-        torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
-        return float(tensor.item())
-
     def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Add every parameter's gradient over all ranks (one collective, a flat buffer)."""
         if self.world_size == 1:
