@@ -15,5 +15,6 @@ from rlvr.tasks import math_suites as _math_suites  # noqa: E402,F401
 from rlvr.tasks import code_suites as _code_suites  # noqa: E402,F401
 from rlvr.tasks import custom as _custom  # noqa: E402,F401
 from rlvr.tasks import reasoning_gym as _reasoning_gym  # noqa: E402,F401
+from rlvr.tasks import tool_arithmetic as _tool_arithmetic  # noqa: E402,F401
 
 __all__ = ["Problem", "TASKS", "TaskSuite", "get_task", "list_tasks", "register_task"]

@@ -35,6 +35,8 @@ class Problem:
         reference: what the verifier checks against, e.g. ``{"answer": "42"}`` or ``{"tests": [...]}``.
         verifier: name of the registered verifier that scores completions of this problem.
         solution: a gold completion for supervised fine-tuning, where the suite has one.
+        environment: name of the registered environment that answers the model between its turns
+            (a multi-turn episode: ``rlvr.tasks.environments``); None: one completion, scored once.
         meta: free-form extras (difficulty, source, ...); never read by the trainer.
     """
 
@@ -43,6 +45,7 @@ class Problem:
     reference: dict[str, Any]
     verifier: str
     solution: str | None = None
+    environment: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
 

@@ -18,13 +18,13 @@ from rlvr.config.offline import (DPOConfig, DPOEvalConfig, DPOLossConfig, Prefer
 from rlvr.config.run import (CRITIC_ALGORITHM_KEYS, CRITIC_PRESETS, PRESETS, AlgorithmConfig, CriticConfig, EngineConfig,
                              EvalConfig, GenerationConfig, PartnerVerifierConfig, RewardModelRunConfig, RunConfig,
                              TrainConfig)
-from rlvr.config.sections import (CheckpointConfig, FieldError, LogConfig, LoraConfig, ModelConfig, OptimConfig,
+from rlvr.config.sections import (CheckpointConfig, EnvironmentConfig, FieldError, LogConfig, LoraConfig, ModelConfig, OptimConfig,
                                   ProcessConfig, Section, TaskConfig, VerifierConfig, check_chat_template,
                                   plugin_options, registered)
 
 __all__ = [
     "AlgorithmConfig", "CRITIC_ALGORITHM_KEYS", "CRITIC_PRESETS", "CheckpointConfig", "ConfigError", "CriticConfig",
-    "DPOConfig", "DPOEvalConfig", "DPOLossConfig", "EngineConfig", "EvalConfig", "FieldError", "GenerationConfig",
+    "DPOConfig", "DPOEvalConfig", "DPOLossConfig", "EngineConfig", "EnvironmentConfig", "EvalConfig", "FieldError", "GenerationConfig",
     "LogConfig", "LoraConfig", "ModelConfig", "OptimConfig", "PRESETS", "PartnerVerifierConfig",
     "PreferenceDataConfig", "PreferenceTrainConfig", "ProcessConfig", "RewardLossConfig", "RewardModelConfig",
     "RewardModelEvalConfig", "RewardModelRunConfig", "RunConfig", "SFTConfig", "SFTDataConfig", "SFTEvalConfig",

@@ -11,8 +11,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from rlvr.config.sections import (CheckpointConfig, FieldError, LogConfig, ModelConfig, OptimConfig, ProcessConfig,
-                                  Section, check_chat_template, plugin_options, registered)
+from rlvr.config.sections import (CheckpointConfig, EnvironmentConfig, FieldError, LogConfig, ModelConfig, OptimConfig,
+                                  ProcessConfig, Section, check_chat_template, plugin_options, registered)
 
 
 class SFTDataConfig(Section):
@@ -69,6 +69,9 @@ class SFTConfig(Section):
     optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5))
     train: SFTTrainConfig = Field(default_factory=SFTTrainConfig)
     eval: SFTEvalConfig = Field(default_factory=SFTEvalConfig)
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig, description="multi-turn solutions: how "
+                                           "environment messages become tokens (messages), and the episodes the "
+                                           "evaluation plays (as in `rlvr train`)")
     log: LogConfig = Field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
 

@@ -22,8 +22,8 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from rlvr.config.loading import ConfigError
-from rlvr.config.sections import (CheckpointConfig, LogConfig, ModelConfig, OptimConfig, ProcessConfig, Section,
-                                  TaskConfig, VerifierConfig, plugin_options, registered)
+from rlvr.config.sections import (CheckpointConfig, EnvironmentConfig, LogConfig, ModelConfig, OptimConfig,
+                                  ProcessConfig, Section, TaskConfig, VerifierConfig, plugin_options, registered)
 
 class EngineConfig(Section):
     name: str = Field("hf", description="generation engine, from the engine registry (built-in: hf, vllm; plugins "
@@ -247,6 +247,8 @@ class RunConfig(Section):
     verifier: VerifierConfig = Field(default_factory=VerifierConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig, description="multi-turn episodes: "
+                                           "environments and tools (used only where a problem or name sets one)")
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig, description="the value model (critic presets only)")
     reward_model: Optional[RewardModelRunConfig] = Field(
@@ -277,6 +279,9 @@ class RunConfig(Section):
                              "baseline, so it needs a critic-free preset and the verifier's reward "
                              f"(algorithm.preset is {a.preset!r}, reward_model is "
                              f"{'set' if self.reward_model is not None else 'null'}); remove the key")
+        if self.environment.name is not None and self.reward_model is not None:
+            raise ValueError("environment.name: a learned reward model scores single completions, not multi-turn "
+                             "episodes; remove reward_model or environment.name")
         self._check_critic_options()
         return self
 

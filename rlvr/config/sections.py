@@ -141,6 +141,35 @@ class VerifierConfig(Section):
         return self
 
 
+class EnvironmentConfig(Section):
+    """Multi-turn episodes (``docs/environments.md``): used for every problem whose suite names an
+    environment, or for all problems when ``name`` is set."""
+
+    name: Optional[str] = Field(None, description="environment for every problem (see `rlvr tasks environments`); "
+                                "null = each problem's own (none: one completion per sample, as without this section)")
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword options of the environment(s), e.g. "
+                                    "for tools: tools, call_format (json|code), max_calls_per_turn, timeout_s, "
+                                    "memory_mb, max_output_chars, full_traceback")
+    max_turns: int = Field(4, ge=1, description="assistant turns per episode at most (stop reason max_turns)")
+    max_episode_tokens: int = Field(512, ge=1, description="tokens after the prompt per episode at most, sampled and "
+                                    "environment together (stop reason max_tokens); each turn also samples at most "
+                                    "generation.max_new_tokens")
+    messages: Literal["auto", "template", "text"] = Field(
+        "auto", description="how environment messages become tokens: template (the chat template's own tool/user "
+        "turns; it must be prefix-preserving), text (plain text, for models without one), auto (template when the "
+        "tokenizer has a chat template, else text)")
+    workers: int = Field(4, ge=1, description="threads that run environment steps (tool calls) at once")
+
+    _known_environment = field_validator("name")(
+        lambda cls, v: v if v is None else registered("rlvr.tasks.environments:ENVIRONMENTS", v))
+
+    @model_validator(mode="after")
+    def _known_options(self) -> "EnvironmentConfig":
+        if self.name is not None:
+            plugin_options("rlvr.tasks.environments:check_environment", self.name, self.options, "name")
+        return self
+
+
 class OptimConfig(Section):
     lr: float = Field(1e-6, gt=0)
     weight_decay: float = Field(0.0, ge=0)

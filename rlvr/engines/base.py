@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Literal, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
@@ -40,12 +40,18 @@ class Completion:
         logprobs: per generated token, log-probability under the sampling policy's full (tempered)
             distribution, ``log softmax(logits / temperature)``; len == len(token_ids).
         finish_reason: ``stop`` (produced EOS) or ``length`` (hit ``max_new_tokens``).
+        loss_mask: for a multi-turn episode (``rlvr/rollout/episodes.py``): per token, 1 where the model
+            sampled it, 0 where the environment wrote it (its log-prob is then 0); None: all sampled.
+        episode: a multi-turn episode's record (:class:`rlvr.rollout.episodes.EpisodeRecord`: turns,
+            tool calls, stop reason); ``text`` is then its last assistant message, which the verifier scores.
     """
 
     token_ids: list[int]
     text: str
     logprobs: list[float]
     finish_reason: FinishReason
+    loss_mask: list[int] | None = None
+    episode: Any = None
 
 
 #: How an engine gets the policy's weights after an optimizer step (its ``weight_sync`` attribute):

@@ -62,6 +62,22 @@ def context_length(path: str | Path) -> int | None:
     return None
 
 
+def stop_token_ids(path: str | Path, tokenizer) -> list[int]:
+    """The ids that end a completion of the model at ``path`` (its generation config's, plus the
+    tokenizer's EOS), read before the model is loaded: :func:`rlvr.engines.base.eos_token_ids`."""
+    from types import SimpleNamespace
+
+    from transformers import GenerationConfig
+
+    from rlvr.engines.base import eos_token_ids
+
+    try:
+        config = GenerationConfig.from_pretrained(str(check_model_folder(path)))
+    except OSError:  # no generation_config.json: the tokenizer's EOS alone
+        config = None
+    return eos_token_ids(SimpleNamespace(generation_config=config), tokenizer)
+
+
 def load_tokenizer(path: str | Path):
     """The model's tokenizer, with a pad token (falling back to EOS) and left padding for generation."""
     from transformers import AutoTokenizer

@@ -32,8 +32,10 @@ DEFAULT_LOGITS_CHUNK_MB = 256
 _CHUNK = "_rlvr_logits_chunk_mb"  # the attribute set_logits_chunk sets on a model
 
 
-def collate_completions(prompts: Sequence[list[int]], completions: Sequence[list[int]], pad_id: int):
-    """``[left-padded prompt | right-padded completion]`` ids [N, W+T], attention mask, completion mask [N, T]."""
+def collate_completions(prompts: Sequence[list[int]], completions: Sequence[list[int]], pad_id: int,
+                        loss_masks: Sequence[list[int] | None] | None = None):
+    """``[left-padded prompt | right-padded completion]`` ids [N, W+T], attention mask, completion mask [N, T]
+    (1 on completion tokens, or ``loss_masks[i]`` where given: a multi-turn episode's environment tokens 0)."""
     width, length = max(len(p) for p in prompts), max(len(c) for c in completions)
     ids = torch.full((len(prompts), width + length), pad_id, dtype=torch.long)
     attention = torch.zeros_like(ids)
@@ -41,7 +43,8 @@ def collate_completions(prompts: Sequence[list[int]], completions: Sequence[list
     for i, (p, c) in enumerate(zip(prompts, completions)):
         ids[i, width - len(p) : width + len(c)] = torch.tensor(list(p) + list(c))
         attention[i, width - len(p) : width + len(c)] = 1
-        mask[i, : len(c)] = 1
+        given = loss_masks[i] if loss_masks is not None else None
+        mask[i, : len(c)] = torch.tensor(given, dtype=mask.dtype) if given is not None else 1
     return ids, attention, mask
 
 

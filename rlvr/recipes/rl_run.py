@@ -27,11 +27,13 @@ from rlvr.engines import SamplingParams
 from rlvr.engines.base import call_optional
 from rlvr.engines.weight_sync import start_engine
 from rlvr.modeling.forward_choice import forward_note
-from rlvr.modeling.loading import Reference, context_length, generation_copy, load_run_policy, load_tokenizer
+from rlvr.modeling.loading import (Reference, context_length, generation_copy, load_run_policy, load_tokenizer,
+                                  stop_token_ids)
 from rlvr.recipes.scaffold import Run
 from rlvr.recipes.step_metrics import progress_postfix, run_summary, step_metrics
 from rlvr.recipes.update import UpdateSettings
 from rlvr.rollout.batch import SampleTensors, sample_tensors
+from rlvr.rollout.episodes import build_environments, episode_runner
 from rlvr.rollout.evaluate import evaluate_suites
 from rlvr.rollout.groups import Group, RolloutStats, collect_groups, verifier_runner
 from rlvr.rollout.reward_scoring import build_reward_scorer
@@ -40,6 +42,7 @@ from rlvr.rollout.suites import (PromptEncoder, announce_suites, check_verifiers
                                  load_eval_suites, load_training_suites)
 from rlvr.run.alarms import Alarms, VerifierErrors
 from rlvr.run.ranks import check_world_size, reduce_metrics, seed_ranks, sharded_run
+from rlvr.verifiers.errors import InvalidValueError
 
 
 @dataclass
@@ -72,8 +75,15 @@ class RLRun(Run):
         # ---- data and verifiers first: a wrong name or option fails before any model is loaded -
         suites, weights = load_training_suites(config.data)
         eval_suites = load_eval_suites(config)
-        check_verifiers(config.verifier.name, config.verifier.options,
-                        [p for problems in [*suites.values(), *eval_suites.values()] for p in problems])
+        problems = [p for named in (suites, eval_suites) for suite in named.values() for p in suite]
+        check_verifiers(config.verifier.name, config.verifier.options, problems)
+        environments = build_environments(config.environment, problems)  # multi-turn episodes, if any problem has one
+        if environments and config.reward_model is not None:
+            raise InvalidValueError(f"reward_model: a learned reward model scores single completions, and the "
+                                    f"problems play multi-turn episodes in {', '.join(environments)}; remove one")
+        if environments and config.algorithm.guidance != "none":
+            raise InvalidValueError(f"algorithm.guidance: a gold solution is one completion, and the problems play "
+                                    f"multi-turn episodes in {', '.join(environments)}; set algorithm.guidance: none")
         if dist.is_main:
             announce_suites(config, suites, eval_suites)  # verifier, instruction, chat template of each suite
         self.runner = verifier_runner(config.verifier)
@@ -82,10 +92,13 @@ class RLRun(Run):
         # ---- prompts, policy, reference, engine, reward model ---------------------------------
         self.tokenizer = load_tokenizer(config.model.path)
         self.encode = PromptEncoder.for_suites(self.tokenizer, suites, eval_suites)  # each suite's chat_template
+        self.episodes = episode_runner(config.environment, self.tokenizer, self.encode,
+                                       stop_token_ids(config.model.path, self.tokenizer), environments, problems)
         context = context_length(config.model.path)
-        self.suites = drop_overlong_prompts(suites, self.encode, context, gen.max_new_tokens, gen.overlong_prompts)
+        new_tokens = config.environment.max_episode_tokens if self.episodes else gen.max_new_tokens
+        self.suites = drop_overlong_prompts(suites, self.encode, context, new_tokens, gen.overlong_prompts)
         self.eval_suites = drop_overlong_prompts(eval_suites, self.encode, context,
-                                                 config.eval.max_new_tokens or gen.max_new_tokens, gen.overlong_prompts)
+                                                 config.eval.max_new_tokens or new_tokens, gen.overlong_prompts)
         self.sampler = RankSampler(ProblemSampler(self.suites, weights, seed=config.train.seed), dist.rank,
                                    dist.world_size)
         shard = sharded_run(config.train, dist)
@@ -106,7 +119,7 @@ class RLRun(Run):
             print(self.scorer.describe(), flush=True)
         self.sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p,
                                        top_k=gen.top_k)
-        self.settings = UpdateSettings.from_config(config, dist)
+        self.settings = UpdateSettings.from_config(config, dist, episodes=self.episodes is not None)
         self.alarms = Alarms(config.log.alarm_patience, window=config.log.gold_window,
                              reference=config.log.gold_reference)
         # with gold_vs_proxy in log.stop_on, the policy of the best gold window is kept to be the final one
@@ -137,7 +150,7 @@ class RLRun(Run):
             engine=self.engine, runner=self.runner, sampler=self.sampler, encode=self.encode,
             num_prompts=t.prompts_per_step // self.dist.world_size, group_size=t.group_size, sampling=self.sampling,
             verifier=config.verifier.name, verifier_options=config.verifier.options, reward_model=self.scorer,
-            dynamic_sampling=dynamic_sampling, max_resample_rounds=max_resample_rounds,
+            dynamic_sampling=dynamic_sampling, max_resample_rounds=max_resample_rounds, episodes=self.episodes,
         )
         error_frac = self.verifier_errors.update(
             step, [r for g in groups for r in g.rewards],
@@ -149,7 +162,7 @@ class RLRun(Run):
         config, algo = self.config, self.config.algorithm
         return sample_tensors(groups, on_failure=config.verifier.on_failure,
                               success_threshold=config.verifier.success_threshold, overlong=algo.overlong,
-                              max_new_tokens=config.generation.max_new_tokens, overlong_buffer=algo.overlong_buffer,
+                              max_new_tokens=self.settings.max_len, overlong_buffer=algo.overlong_buffer,
                               overlong_penalty=algo.overlong_penalty)
 
     def sleep_engine(self) -> float:
@@ -212,7 +225,7 @@ class RLRun(Run):
     def evaluate(self) -> dict[str, float]:
         """``eval/`` metrics of the current policy on every held-out suite."""
         return evaluate_suites(self.engine, self.encode, self.eval_suites, self.runner, eval_config=self.config.eval,
-                               generation=self.config.generation, verifier=self.config.verifier)
+                               generation=self.config.generation, verifier=self.config.verifier, episodes=self.episodes)
 
     # ---- the end ------------------------------------------------------------------------------
 

@@ -20,10 +20,12 @@ from rlvr.config import SFTConfig
 from rlvr.engines import SamplingParams
 from rlvr.engines.weight_sync import evaluation_engine, send_weights
 from rlvr.modeling.forward_choice import forward_note
-from rlvr.modeling.loading import load_run_policy, load_tokenizer, save_final_model
+from rlvr.modeling.loading import load_run_policy, load_tokenizer, save_final_model, stop_token_ids
 from rlvr.modeling.logprobs import collate_completions, completion_logprobs
 from rlvr.recipes.scaffold import Run
 from rlvr.rollout.chat import Messages
+from rlvr.rollout.env_tokens import message_encoder
+from rlvr.rollout.episodes import build_environments, episode_runner, gold_episode_ids
 from rlvr.rollout.evaluate import evaluate
 from rlvr.rollout.sampler import ShuffledBatches
 from rlvr.rollout.suites import PromptEncoder, load_suite
@@ -95,15 +97,26 @@ def _read_jsonl_examples(path: Path, limit: int | None) -> list[tuple[Messages, 
     return examples
 
 
-def _tokenize(tokenizer, sources: list[tuple[list[tuple[Messages, str]], str]]) -> list[tuple[list[int], list[int]]]:
-    """Prompt ids (each source's chat template, as the RL recipes encode prompts) and completion ids + EOS."""
-    pairs = []
+def _tokenize(tokenizer, sources: list[tuple[list[tuple[Messages, Any]], str]], environment,
+              stop_ids: list[int]) -> list[tuple[list[int], list[int], list[int] | None]]:
+    """Prompt ids (each source's chat template, as the RL recipes encode prompts), completion ids + EOS,
+    and the loss mask of a multi-turn solution (a list of messages after the prompt: its environment
+    messages are encoded by ``environment.messages`` as episodes encode them, and carry no loss)."""
+    out = []
     eos = tokenizer.eos_token_id
     for examples, chat_template in sources:
         encode = PromptEncoder(tokenizer, chat_template)
-        completions = tokenizer([c for _, c in examples], add_special_tokens=False)["input_ids"]
-        pairs += [(encode(Problem("", list(m), {}, "")), ids + [eos]) for (m, _), ids in zip(examples, completions)]
-    return pairs
+        texts = [c for _, c in examples if isinstance(c, str)]
+        singles = iter(tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+        messages = None
+        for prompt, completion in examples:
+            prompt_ids = encode(Problem("", list(prompt), {}, ""))
+            if isinstance(completion, str):
+                out.append((prompt_ids, next(singles) + [eos], None))
+                continue
+            messages = messages or message_encoder(tokenizer, environment.messages, chat_template, stop_ids)
+            out.append((prompt_ids, *gold_episode_ids(completion, tokenizer, messages, eos)))
+    return out
 
 
 def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
@@ -123,11 +136,14 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
         model = load_run_policy(config.model, dist.device, run.checkpoint, shard=shard, offload=t.cpu_offload)
         if dist.is_main:
             print(f"forward: {forward_note(model)}", flush=True)
-        data = _tokenize(tokenizer, sources)
+        data = _tokenize(tokenizer, sources, config.environment, stop_token_ids(config.model.path, tokenizer))
         optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, t.steps)
         engine = evaluation_engine(model, tokenizer, sharded=shard, dtype=config.model.dtype, device=dist.device,
                                    needed=bool(eval_problems))  # sharded: rank 0 evaluates on a whole copy
         encode = PromptEncoder(tokenizer, first.chat_template)  # held-out prompts as the first source's
+        environments = build_environments(config.environment, eval_problems)  # problems that play episodes
+        episodes = episode_runner(config.environment, tokenizer, encode, stop_token_ids(config.model.path, tokenizer),
+                                  environments, eval_problems)
         runner = VerifierRunner() if eval_problems else None
         if runner is not None:
             run.cleanup(runner.close)
@@ -139,7 +155,7 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
             """Greedy accuracy on the held-out problems (rank 0 measures; every rank gets it)."""
             if shard:
                 send_weights(engine, model)  # every rank gathers; rank 0's copy takes them
-            result = evaluate(engine, encode, eval_problems, runner, sampling=SamplingParams(
+            result = evaluate(engine, encode, eval_problems, runner, episodes=episodes, sampling=SamplingParams(
                 max_new_tokens=ev.max_new_tokens, greedy=True)).accuracy if eval_problems else None
             return dist.broadcast(result)
 
@@ -147,8 +163,8 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
         for step in run.steps(t.steps):
             # ---- one optimizer step over batch_size examples, in micro-batches -------------------
             picked = [data[i] for i in batches.next(t.batch_size)]
-            ids, attention, mask = collate_completions([p for p, _ in picked], [c for _, c in picked],
-                                                       tokenizer.pad_token_id)
+            ids, attention, mask = collate_completions([p for p, _, _ in picked], [c for _, c, _ in picked],
+                                                       tokenizer.pad_token_id, [m for _, _, m in picked])
             total_tokens = float(mask.sum())  # the whole batch's, on every rank
             ids, attention, mask = (x[dist.rank :: dist.world_size].to(dist.device) for x in (ids, attention, mask))
             optimizer.zero_grad(set_to_none=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rlvr.rollout.episodes import episode_metrics
+
 
 def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mixed: bool) -> dict[str, float]:
     """Everything one step logs (see the namespaces in ``rlvr/run/tracking.py``)."""
@@ -63,6 +65,7 @@ def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mix
             metrics[f"{verdict}/{suite}/accuracy"] = float(samples.correct[rows].float().mean())
     if seq_kl is not None:
         metrics["reward/kl_seq_mean"] = float(seq_kl.mean())
+    metrics.update(episode_metrics([c for g in groups for c in g.completions]))  # multi-turn episodes: env/
     metrics.update(update)
     return metrics
 

@@ -28,19 +28,22 @@ class UpdateSettings:
 
     algo: "object"  # rlvr.config.AlgorithmConfig: losses, clips, KL, entropy, epochs, minibatches
     temperature: float  # the sampling temperature: log-probs are taken of the distribution sampled from
-    max_len: int  # generation.max_new_tokens (the seq_mean_token_sum_norm denominator)
+    max_len: int  # the longest completion: generation.max_new_tokens, or environment.max_episode_tokens (the seq_mean_token_sum_norm denominator)
     micro_batch_size: int
     grad_clip: float
     old_logprobs: str  # "engine" | "recompute": where pi_old comes from when a batch is used twice
     dist: Distributed = field(default_factory=Distributed)  # the ranks: global counts, summed gradients
 
     @classmethod
-    def from_config(cls, config, dist: Distributed | None = None) -> "UpdateSettings":
+    def from_config(cls, config, dist: Distributed | None = None, *, episodes: bool = False) -> "UpdateSettings":
+        """``episodes``: the run plays multi-turn episodes, whose rows are up to
+        ``environment.max_episode_tokens`` long (the ``max_len`` then)."""
         source = config.algorithm.old_logprobs
         if source == "auto":  # the HF engine in float32 computes exactly the trainer's log-probs
             source = "engine" if config.engine.name == "hf" and config.model.dtype == "float32" else "recompute"
         return cls(algo=config.algorithm, temperature=config.generation.temperature,
-                   max_len=config.generation.max_new_tokens, micro_batch_size=config.train.micro_batch_size,
+                   max_len=config.environment.max_episode_tokens if episodes else config.generation.max_new_tokens,
+                   micro_batch_size=config.train.micro_batch_size,
                    grad_clip=config.optim.grad_clip, old_logprobs=source, dist=dist or Distributed())
 
     @property

@@ -98,7 +98,7 @@ class Batch:
 
     input_ids: torch.Tensor  # [N, W + T]
     attention_mask: torch.Tensor  # [N, W + T]
-    response_mask: torch.Tensor  # [N, T] 1 on completion tokens that enter the loss
+    response_mask: torch.Tensor  # [N, T] 1 on sampled completion tokens that enter the loss (not environment tokens)
     engine_logp: torch.Tensor  # [N, T] sampling log-probs from the engine
     advantages: torch.Tensor  # [N] per sequence (critic-free), or [N, T] per token (PPO's GAE)
     old_logp: torch.Tensor | None = None  # [N, T] pi_old when a batch is used more than once
@@ -121,16 +121,19 @@ class Batch:
 
 
 def collate(groups: list[Group], pad_id: int) -> Batch:
-    """Pad every (prompt, completion) pair of ``groups`` into one :class:`Batch` (advantages zero)."""
+    """Pad every (prompt, completion) pair of ``groups`` into one :class:`Batch` (advantages zero). The
+    response mask is 1 on the tokens the model sampled: a multi-turn episode's environment tokens
+    (``Completion.loss_mask`` 0) are read by the model but enter no loss, KL, entropy or value term."""
     rows = [(g.prompt_ids, c) for g in groups for c in g.completions]
     width = max(len(p) for p, _ in rows)
     length = max(1, max(len(c.token_ids) for _, c in rows))
-    ids, attention, logps = [], [], []  # padded as lists, then one tensor each (not a tensor per row)
+    ids, attention, logps, loss = [], [], [], []  # padded as lists, then one tensor each (not a tensor per row)
     for prompt, completion in rows:
         left, k = width - len(prompt), len(completion.token_ids)
         ids.append([pad_id] * left + list(prompt) + list(completion.token_ids) + [pad_id] * (length - k))
         attention.append([0] * left + [1] * (len(prompt) + k) + [0] * (length - k))
         logps.append(list(completion.logprobs) + [0.0] * (length - k))
+        loss.append(list(completion.loss_mask if completion.loss_mask is not None else [1] * k) + [0] * (length - k))
     attention_mask = torch.tensor(attention, dtype=torch.long)
-    return Batch(torch.tensor(ids, dtype=torch.long), attention_mask, attention_mask[:, width:].float(),
+    return Batch(torch.tensor(ids, dtype=torch.long), attention_mask, torch.tensor(loss, dtype=torch.float32),
                  torch.tensor(logps, dtype=torch.float32), advantages=torch.zeros(len(rows)))

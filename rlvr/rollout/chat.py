@@ -99,23 +99,27 @@ def _uses_template(tokenizer: Any | None, template: ChatTemplate) -> bool:
     return template.mode == "auto" and tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
 
 
-def render_prompt(tokenizer: Any | None, messages: Messages, chat_template: str | ChatTemplate | None = None) -> str:
-    """The prompt text a model sees for ``messages`` under ``chat_template`` (module docstring)."""
+def render_prompt(tokenizer: Any | None, messages: Messages, chat_template: str | ChatTemplate | None = None,
+                  tools: Sequence[dict] | None = None) -> str:
+    """The prompt text a model sees for ``messages`` under ``chat_template`` (module docstring);
+    ``tools`` (JSON schemas) go to a chat template that lists tools (raw prompts ignore them)."""
     _check_messages(messages)
     template = resolve_chat_template(chat_template)
     if _uses_template(tokenizer, template):
         if tokenizer is None:
             raise ValueError("a chat template file needs a tokenizer to render with")
         extra = {"chat_template": template.source} if template.mode == "file" else {}
+        if tools:
+            extra["tools"] = list(tools)
         return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True, **extra)
     return "\n\n".join(m["content"] for m in messages)
 
 
 def encode_prompts(tokenizer: Any, prompts: Sequence[Messages],
-                   chat_template: str | ChatTemplate | None = None) -> list[list[int]]:
+                   chat_template: str | ChatTemplate | None = None, tools: Sequence[dict] | None = None) -> list[list[int]]:
     """Token ids of each rendered prompt. With a template, special tokens come from the template, so
     none are added here (a template that writes ``bos_token`` would otherwise get it twice); raw
     prompts get the tokenizer's default special tokens, as ``tokenizer(text)`` gives them."""
     template = resolve_chat_template(chat_template)
-    texts = [render_prompt(tokenizer, messages, template) for messages in prompts]
+    texts = [render_prompt(tokenizer, messages, template, tools) for messages in prompts]
     return tokenizer(texts, add_special_tokens=not _uses_template(tokenizer, template))["input_ids"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from rlvr.engines.base import Engine, SamplingParams
+from rlvr.rollout.episodes import episode_summary, settle_rewards
 from rlvr.tasks.base import Problem
 from rlvr.verifiers.runner import VerifierRunner
 
@@ -76,11 +77,13 @@ def evaluate(
     batch_prompts: int = 64,
     keep_records: bool = False,
     progress: Callable[[int], None] | None = None,
+    episodes=None,
 ) -> EvalResult:
     """Generate ``samples`` completions per problem, verify them, and aggregate.
 
     ``verifier`` overrides each problem's own verifier. ``progress(n_done)`` is called after each
-    batch of prompts.
+    batch of prompts. With ``episodes`` (an :class:`rlvr.rollout.episodes.EpisodeRunner`), problems
+    with an environment are played as multi-turn episodes and their last assistant message is scored.
     """
     bad_k = [k for k in ks if k > samples]
     if bad_k:
@@ -95,7 +98,10 @@ def evaluate(
     for first in range(0, len(problems), batch_prompts):
         chunk = list(problems[first : first + batch_prompts])
         t0 = time.perf_counter()
-        groups = engine.generate([encode(p) for p in chunk], samples, sampling)
+        if episodes is not None:
+            groups = episodes.generate(engine, chunk, [encode(p) for p in chunk], samples, sampling)
+        else:
+            groups = engine.generate([encode(p) for p in chunk], samples, sampling)
         t1 = time.perf_counter()
         generate_s += t1 - t0
         by_verifier: dict[str, list[int]] = {}
@@ -112,7 +118,7 @@ def evaluate(
                 finish_reasons=[c.finish_reason for i in indices for c in groups[i]],
             )
             for j, i in enumerate(indices):
-                rewards[i] = flat[j * samples : (j + 1) * samples]
+                rewards[i] = settle_rewards(groups[i], flat[j * samples : (j + 1) * samples])
         verify_s += time.perf_counter() - t1
         for i, problem in enumerate(chunk):
             group_rewards = rewards[i]
@@ -131,6 +137,8 @@ def evaluate(
                     "status": [r.status for r in group_rewards],
                     "extracted": [r.info.get("extracted") for r in group_rewards],
                     "finish_reason": [c.finish_reason for c in groups[i]],
+                    **({"episodes": [episode_summary(c.episode) for c in groups[i]]}
+                       if any(c.episode is not None for c in groups[i]) else {}),
                 })
         if progress is not None:
             progress(len(chunk))
@@ -151,7 +159,7 @@ def evaluate(
 
 
 def evaluate_suites(engine: Engine, encode, suites: dict[str, Sequence[Problem]], runner: VerifierRunner, *,
-                    eval_config, generation, verifier) -> dict[str, float]:
+                    eval_config, generation, verifier, episodes=None) -> dict[str, float]:
     """A training run's evaluation: ``eval/<suite>/accuracy`` and ``/mean_score`` per held-out suite,
     and ``eval/accuracy`` (their mean). Reads an ``EvalConfig``, a ``GenerationConfig`` (sampling, and
     the token budget unless ``eval.max_new_tokens`` sets one) and a ``VerifierConfig``."""
@@ -165,7 +173,8 @@ def evaluate_suites(engine: Engine, encode, suites: dict[str, Sequence[Problem]]
     for name, problems in suites.items():
         result = evaluate(engine, encode, problems, runner, sampling=sampling, samples=eval_config.samples,
                           ks=(1,), verifier=verifier.name, verifier_options=verifier.options,
-                          success_threshold=1.0 if verifier.success_threshold is None else verifier.success_threshold)
+                          success_threshold=1.0 if verifier.success_threshold is None else verifier.success_threshold,
+                          episodes=episodes)
         metrics[f"eval/{name}/accuracy"] = result.accuracy
         metrics[f"eval/{name}/mean_score"] = result.mean_score
         accuracies.append(result.accuracy)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from rlvr.engines.base import Completion, Engine, SamplingParams
+from rlvr.rollout.episodes import settle_rewards
 from rlvr.rollout.sampler import ProblemSampler
 from rlvr.tasks.base import Problem
 from rlvr.verifiers.base import Reward
@@ -70,9 +71,10 @@ def verifier_runner(section: Any) -> VerifierRunner:
 
 
 def score_groups(runner: VerifierRunner, groups: list[Group], verifier: str | None, options: dict | None) -> None:
-    """Fill ``group.rewards`` (see :func:`verify_groups`)."""
+    """Fill ``group.rewards`` (see :func:`verify_groups`), with what multi-turn episodes add
+    (:func:`rlvr.rollout.episodes.settle_rewards`)."""
     for group, rewards in zip(groups, verify_groups(runner, groups, verifier, options)):
-        group.rewards = rewards
+        group.rewards = settle_rewards(group.completions, rewards)
 
 
 def verify_groups(runner: VerifierRunner, groups: list[Group], verifier: str | None,
@@ -114,8 +116,13 @@ def collect_groups(
     dynamic_sampling: bool,
     max_resample_rounds: int,
     reward_model=None,
+    episodes=None,
 ) -> tuple[list[Group], RolloutStats]:
     """Generate and score ``num_prompts`` groups of ``group_size``.
+
+    With ``episodes`` (an :class:`rlvr.rollout.episodes.EpisodeRunner`), a problem with an environment
+    is played as a multi-turn episode: its completion holds every token after the prompt, the
+    environment's ones masked from the loss, and its last assistant message is what gets scored.
 
     With a ``reward_model`` (a :class:`rlvr.rollout.reward_scoring.RewardScorer`), the verifier's rewards move
     to ``group.gold`` (the gold watch, never optimised) and the reward model's take their place.
@@ -134,7 +141,10 @@ def collect_groups(
         drawn = sampler.next(num_prompts - len(kept) if stats.rounds > 1 else num_prompts)
         prompt_ids = [encode(problem) for _, problem in drawn]
         start = time.perf_counter()
-        completions = engine.generate(prompt_ids, group_size, sampling)
+        if episodes is not None:
+            completions = episodes.generate(engine, [problem for _, problem in drawn], prompt_ids, group_size, sampling)
+        else:
+            completions = engine.generate(prompt_ids, group_size, sampling)
         stats.generate_s += time.perf_counter() - start
         groups = [Group(name, problem, ids, comps) for (name, problem), ids, comps in zip(drawn, prompt_ids, completions)]
         start = time.perf_counter()

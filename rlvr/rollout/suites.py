@@ -42,6 +42,7 @@ class PromptEncoder:
         self.tokenizer = tokenizer
         self.chat_template = resolve_chat_template(chat_template)
         self._templates: dict[int, ChatTemplate] = {}  # id(problem) -> its suite's template (problems live all run)
+        self._tools: dict[int, list[dict]] = {}  # id(problem) -> the tools its environment offers (template mode)
         self._cache: dict[tuple, list[int]] = {}
 
     @classmethod
@@ -60,15 +61,21 @@ class PromptEncoder:
         for problem in problems:
             self._templates[id(problem)] = template
 
+    def offer_tools(self, problems: Iterable[Problem], tools: Sequence[dict]) -> None:
+        """Render ``problems`` with ``tools`` (JSON schemas) listed by the chat template from now on."""
+        shared = list(tools)  # one list: prompts with the same messages share a cache entry
+        for problem in problems:
+            self._tools[id(problem)] = shared
+
     def template_of(self, problem: Problem) -> ChatTemplate:
         return self._templates.get(id(problem), self.chat_template)
 
     def __call__(self, problem: Problem) -> list[int]:
-        template = self.template_of(problem)
-        key = (template, tuple((m.get("role", ""), m["content"]) for m in problem.prompt))
+        template, tools = self.template_of(problem), self._tools.get(id(problem))
+        key = (template, id(tools) if tools else None, tuple((m.get("role", ""), m["content"]) for m in problem.prompt))
         ids = self._cache.get(key)
         if ids is None:
-            ids = self._cache[key] = encode_prompts(self.tokenizer, [problem.prompt], template)[0]
+            ids = self._cache[key] = encode_prompts(self.tokenizer, [problem.prompt], template, tools)[0]
         return ids
 
 
