@@ -283,13 +283,15 @@ def private_registries(monkeypatch):
     import rlvr.algorithms.losses as losses
     import rlvr.engines as engines
     import rlvr.tasks as tasks
+    import rlvr.tasks.environments as environments
     import rlvr.tasks.registry as task_registry
     import rlvr.verifiers as verifiers
     import rlvr.verifiers.registry as verifier_registry
 
     for owners, name in [((task_registry, tasks), "TASKS"), ((verifier_registry, verifiers), "VERIFIERS"),
                          ((advantages,), "ADVANTAGE_ESTIMATORS"), ((losses,), "POLICY_LOSSES"),
-                         ((losses,), "LOSS_AGGREGATIONS"), ((losses,), "KL_ESTIMATORS"), ((engines,), "ENGINES")]:
+                         ((losses,), "LOSS_AGGREGATIONS"), ((losses,), "KL_ESTIMATORS"), ((engines,), "ENGINES"),
+                         ((environments,), "ENVIRONMENTS")]:
         private = getattr(owners[0], name).copy()
         for owner in owners:
             monkeypatch.setattr(owner, name, private)

@@ -98,6 +98,32 @@ def test_environment_tokens_change_neither_the_loss_nor_any_gradient(tiny_model)
     assert int(reference.response_mask.sum()) == (3 + 2) + (2 + 3)
 
 
+def test_the_trainer_reads_each_sampled_token_in_the_context_the_engine_sampled_it_in(taught_model):
+    """Episodes played by the HF engine, collated: the trainer's log-prob of every sampled token (after
+    earlier turns and the environment's messages) equals the engine's, so what is trained is what was
+    sampled, where it was sampled."""
+    from rlvr.engines import HFEngine, SamplingParams
+    from rlvr.modeling.logprobs import completion_logprobs
+    from rlvr.rollout.env_tokens import TextMessages
+    from rlvr.rollout.episodes import EpisodeRunner
+    from rlvr.rollout.suites import PromptEncoder
+
+    model, tokenizer = load_policy(taught_model), load_tokenizer(taught_model)  # it ends its answers with EOS
+    text = TextMessages(tokenizer)
+    runner = EpisodeRunner(lambda problem: text, {"test_nudge": Nudge(rounds=2)}, max_turns=3, max_episode_tokens=30)
+    problems = [Problem(id=str(k), prompt=[{"role": "user", "content": f"{k}+1="}], reference={"answer": str(k + 1)},
+                        verifier="numeric", environment="test_nudge") for k in range(3)]
+    prompts = [PromptEncoder(tokenizer)(p) for p in problems]  # as a run encodes them
+    torch.manual_seed(0)
+    groups = runner.generate(HFEngine(model, tokenizer), problems, prompts, 4, SamplingParams(max_new_tokens=6))
+    batch = collate([Group("s", p, ids, g) for p, ids, g in zip(problems, prompts, groups)], tokenizer.pad_token_id)
+    assert (batch.response_mask.sum(dim=1) < batch.attention_mask[:, -batch.completion_len:].sum(dim=1)).any()
+    with torch.no_grad():
+        logp, _ = completion_logprobs(model, batch.input_ids, batch.attention_mask, batch.completion_len)
+    gap = ((logp - batch.engine_logp).abs() * batch.response_mask).max()
+    assert gap < 1e-4, gap
+
+
 # ---------------------------------------------------------------------------------------------
 # Both recipes train on episodes
 # ---------------------------------------------------------------------------------------------
@@ -132,5 +158,6 @@ def test_rl_recipes_train_on_multi_turn_episodes(taught_model, tmp_path, recipe,
     assert step["env/turns"] > 1 and 0 < step["env/masked_frac"] < 1  # several turns, environment tokens masked
     assert step["env/stop_eos"] + step["env/stop_max_turns"] + step["env/stop_max_tokens"] == pytest.approx(1.0)
     assert step["response/length_max"] <= 24  # the episode budget holds for every row
+    assert all(r.get("mismatch/logprob_abs_diff_max", 0.0) < 1e-4 for r in records)  # where rows had an advantage
     assert all(math.isfinite(r["train/grad_norm"]) for r in records[1:])
     assert "eval/accuracy" in records[-1]  # the evaluation plays episodes too

@@ -37,6 +37,22 @@ def test_eval_command_follows_the_runs_own_held_out_suites(tmp_path):
     assert args.limit == config.eval.limit and args.max_new_tokens == 7  # eval.limit caps every suite
 
 
+def test_the_tool_quickstart_s_eval_command_plays_the_same_episodes(tmp_path):
+    """ops "*" is YAML's alias marker: the command once died writing it, and `--task-option ops=*` reading it."""
+    from rlvr.commands.eval import _key_values
+
+    config = build_config(RunConfig, load_packaged("quickstart_tools.yaml"), [f"out={tmp_path}", "model.path=m"],
+                          source="quickstart_tools.yaml")
+    args = build_parser().parse_args(shlex.split(eval_command(config))[1:])
+    assert _key_values(args.task_option, "--task-option") == config.data[0].options == {
+        "style": "bare", "max_digits": 3, "ops": "*"}
+    assert _key_values(["ops=*"], "--task-option") == {"ops": "*"}
+    env = config.environment
+    assert (args.max_turns, args.max_episode_tokens, args.env_messages) == (env.max_turns, env.max_episode_tokens,
+                                                                          env.messages)
+    assert args.max_new_tokens == config.generation.max_new_tokens
+
+
 @pytest.mark.slow
 def test_quickstart_improves_held_out_accuracy(tmp_path):
     result = subprocess.run([sys.executable, "-m", "rlvr.cli", "quickstart", "--out", str(tmp_path), "--no-progress"],
@@ -99,3 +115,25 @@ def test_quickstart_with_a_learned_reward_model_runs_end_to_end(tmp_path):
     assert 0 <= summary["gold_accuracy_before"] <= 1 and 0 <= summary["gold_accuracy_after"] <= 1
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert all("gold/accuracy" in r and "proxy/reward" in r for r in records if r["step"] > 0)
+
+
+@pytest.mark.slow
+def test_the_tool_quickstart_learns_to_use_the_python_tool(tmp_path):
+    """`rlvr quickstart --task tools`, its RL stage shortened to 25 steps on 200 held-out problems (the full
+    run's seeds: docs/environments.md). The printed `rlvr eval` line plays the same greedy episodes."""
+    result = subprocess.run([sys.executable, "-m", "rlvr.cli", "quickstart", "--task", "tools", "--steps", "25",
+                             "--out", str(tmp_path), "--no-progress", "eval.limit=200"],
+                            capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    # seed 0 measured 0.29 -> 0.595 at step 25 (lr 1.5e-4): +0.10 is 3x the standard error on 200 problems
+    assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.10, summary
+    last = summary["tools"]["last_step"]
+    assert last["env/tool_calls"] > 0.5 and last["env/turns"] > 1.5 and last["env/stop_error"] == 0
+    assert "tool use (sampled episodes" in result.stdout
+    words = shlex.split(summary["eval_command"])
+    greedy = subprocess.run([sys.executable, "-m", "rlvr.cli", *words[1:], "--samples", "1", "--k", "1", "--greedy",
+                             "--out", str(tmp_path / "eval")], capture_output=True, text=True, timeout=600)
+    assert greedy.returncode == 0, greedy.stderr[-3000:]
+    evaluated = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert evaluated["accuracy"] == summary["accuracy_after"] and evaluated["episodes"]["env/tool_calls"] > 0.5

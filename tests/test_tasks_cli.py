@@ -34,7 +34,10 @@ def test_every_option_has_help():
 def test_list_shows_sizes_and_verifiers(data_dir, capsys):
     assert run(["tasks", "list"]) == 0
     out = capsys.readouterr().out
-    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    table, environments = out.split("\n\n", 1)
+    rows = {line.split()[0]: line for line in table.splitlines()[1:]}
+    assert "environments" in environments and "python, tools" in environments
+    assert "numeric" in rows["tool_arithmetic"] and "train 10,000, dev 500, test 500" in rows["tool_arithmetic"]
     assert "math" in rows["gsm8k"] and "train 7,473, test 1,319" in rows["gsm8k"]
     assert "code" in rows["humaneval"] and "test 164" in rows["humaneval"]
     assert "test 500, train 374, validation 90, prompt 10" in rows["mbpp"]

@@ -21,7 +21,10 @@ def _key_values(pairs: list[str], flag: str) -> dict:
         if "=" not in pair:
             raise InvalidValueError(f"{flag} {pair!r} is not of the form key=value")
         key, value = pair.split("=", 1)
-        out[key] = yaml.safe_load(value) if value.strip() else ""
+        try:
+            out[key] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:  # not YAML (e.g. "*", an alias marker): the text itself
+            out[key] = value
     return out
 
 
@@ -58,6 +61,18 @@ def add_parser(subparsers) -> None:
     p.add_argument("--verifier-backend", choices=("local", "ray"), default="local",
                    help="where verifier workers run: local processes (default), or Ray actors (the cluster RAY_ADDRESS "
                    "names, else a local Ray; needs the [ray] extra)")
+    p.add_argument("--environment", default=None, metavar="NAME",
+                   help="play every problem as a multi-turn episode in this environment (default: the ones the suite's "
+                   "problems name, e.g. python for tool_arithmetic; docs/environments.md)")
+    p.add_argument("--env-option", action="append", default=[], metavar="k=v",
+                   help="environment option (repeatable), e.g. timeout_s=2")
+    p.add_argument("--max-turns", type=int, default=4, help="assistant turns per episode at most (environments only)")
+    p.add_argument("--max-episode-tokens", type=int, default=512,
+                   help="tokens after the prompt per episode at most, sampled and environment (environments only); "
+                   "--max-new-tokens caps each turn")
+    p.add_argument("--env-messages", choices=("auto", "template", "text"), default="auto",
+                   help="how environment messages become tokens: the chat template's turns, plain text, or auto "
+                   "(environments only; docs/environments.md)")
     p.add_argument("--batch-prompts", type=int, default=64, help="prompts generated together")
     p.add_argument("--engine", default="hf", help="generation engine: hf, vllm (needs vLLM installed, docs/engines.md) "
                    "or a plugin's")
@@ -101,7 +116,9 @@ def run(args: argparse.Namespace) -> int:
 
     from rlvr.engines import ENGINES, SamplingParams, build_engine
     from rlvr.rollout.evaluate import evaluate
-    from rlvr.modeling.loading import check_model_folder, load_policy, load_tokenizer
+    from rlvr.config import EnvironmentConfig
+    from rlvr.modeling.loading import check_model_folder, load_policy, load_tokenizer, stop_token_ids
+    from rlvr.rollout.episodes import build_environments, episode_runner
     from rlvr.run.progress import make_progress
     from rlvr.run.runtime import quiet_transformers, resolve_device, seed_everything
     from rlvr.rollout.chat import resolve_chat_template
@@ -122,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
     verifier_options = _key_values(args.option, "--option")
     for name in {args.verifier} if args.verifier else {p.verifier for p in problems}:
         check_verifier(name, verifier_options if args.verifier else {})
+    section = EnvironmentConfig(name=args.environment, options=_key_values(args.env_option, "--env-option"),
+                                max_turns=args.max_turns, max_episode_tokens=args.max_episode_tokens,
+                                messages=args.env_messages)
+    environments = build_environments(section, problems)  # an unknown name or option fails before any model loads
     ENGINES.check(args.engine)  # an unknown engine fails before any model is loaded
     device = resolve_device(args.device, "--device")
     tokenizer = load_tokenizer(args.model)
@@ -129,12 +150,14 @@ def run(args: argparse.Namespace) -> int:
     engine = build_engine(args.engine, model, tokenizer)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                               greedy=args.greedy)
+    encode = PromptEncoder(tokenizer, chat_template)
+    episodes = episode_runner(section, tokenizer, encode, stop_token_ids(args.model, tokenizer), environments, problems)
     started = time.perf_counter()
     bar = make_progress(len(problems), f"eval {args.task}", unit="problem")
     with VerifierRunner(workers=args.workers, timeout_s=args.timeout, backend=args.verifier_backend) as runner:
         try:
-            result = evaluate(engine, PromptEncoder(tokenizer, chat_template), problems, runner, sampling=sampling, samples=args.samples,
-                              ks=ks, verifier=args.verifier, verifier_options=verifier_options,
+            result = evaluate(engine, encode, problems, runner, sampling=sampling, samples=args.samples,
+                              ks=ks, verifier=args.verifier, verifier_options=verifier_options, episodes=episodes,
                               batch_prompts=args.batch_prompts, keep_records=args.out is not None, progress=bar.update)
         finally:
             bar.close()
@@ -146,6 +169,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"  pass@{k:<3} {value:.4f}")
     print(f"  accuracy {result.accuracy:.4f}   mean score {result.mean_score:.4f}")
     print(f"  verifier status: {dict(result.status)}")
+    if result.episodes:
+        summary["episodes"] = result.episodes
+        print("  episodes: " + ", ".join(f"{k.removeprefix('env/')} {v:.3g}" for k, v in result.episodes.items()
+                                         if not k.startswith("env/stop_") or v))
     print(f"  {summary['tokens_per_s']:,.0f} generated tokens/s, {summary['problems_per_s']:.2f} problems/s")
     if args.out is not None:
         from rlvr.verifiers.files import atomic_write_text

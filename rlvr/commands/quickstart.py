@@ -9,7 +9,7 @@ from rlvr.configs import load_packaged
 
 
 #: The settings a quickstart keeps for --resume, with their defaults.
-SETTINGS = {"seed": 0, "steps": None, "algorithm": "grpo", "reward_model": False, "device": "auto"}
+SETTINGS = {"seed": 0, "steps": None, "algorithm": "grpo", "reward_model": False, "device": "auto", "task": "arithmetic"}
 
 
 def add_parser(subparsers) -> None:
@@ -30,6 +30,11 @@ def add_parser(subparsers) -> None:
                    help="RLHF with a learned reward: after SFT, preference pairs from the SFT model's samples, a reward "
                    "model on them (arithmetic_rm.yaml), then RL against it (arithmetic_grpo_rm.yaml, or "
                    "arithmetic_ppo_rm.yaml with --algorithm ppo); the exact verifier only watches (gold accuracy)")
+    p.add_argument("--task", choices=["arithmetic", "tools"], default=SETTINGS["task"],
+                   help="arithmetic: 3-digit addition, one answer per prompt; tools: 3-digit multiplication where the "
+                   "model writes a ```python block, reads its sandboxed output in the next turn and answers "
+                   "(multi-turn episodes, tool output masked from the loss; rlvr/configs/quickstart_tools_sft.yaml and "
+                   "quickstart_tools.yaml; about 4 min on an idle 2-core CPU; GRPO only; docs/environments.md)")
     p.add_argument("--steps", type=int, default=None, help=f"RL steps (default: the packaged config's {load_packaged('quickstart.yaml')['train']['steps']})")
     p.add_argument("--device", default=SETTINGS["device"], help="cpu, cuda, or auto")
     p.add_argument("--no-progress", action="store_true",
@@ -57,5 +62,5 @@ def run(args: argparse.Namespace) -> int:
             raise InvalidValueError("--resume needs the quickstart's folder: --resume RUN_DIR")
     quickstart(out, seed=args.seed, steps=args.steps, device=args.device, progress=not args.no_progress,
                overrides=args.overrides, overwrite=args.overwrite, algorithm=args.algorithm,
-               reward_model=args.reward_model, resume=bool(args.resume))
+               reward_model=args.reward_model, resume=bool(args.resume), task=args.task)
     return 0

@@ -115,6 +115,9 @@ def run_list(args: argparse.Namespace) -> int:
     for name, verifier, sizes in rows:
         print(f"{name:<{width}}{verifier:<{vwidth}}{sizes}")
     print_broken(broken)
+    from rlvr.tasks.environments import list_environments
+
+    print(f"\nenvironments (multi-turn episodes, docs/environments.md): {', '.join(list_environments())}")
     return 0
 
 
@@ -176,9 +179,11 @@ def run_show(args: argparse.Namespace) -> int:
         text = render_prompt(tokenizer, problem.prompt, template)
         if args.json:
             print(json.dumps({"id": problem.id, "messages": problem.prompt, "text": text, "reference": problem.reference,
-                              "verifier": problem.verifier, "solution": problem.solution}, default=repr, ensure_ascii=False))
+                              "verifier": problem.verifier, "solution": problem.solution,
+                              "environment": problem.environment}, default=repr, ensure_ascii=False))
             continue
-        print(f"\n{'=' * 78}\n{problem.id}   verifier: {problem.verifier}")
+        environment = f"   environment: {problem.environment}" if problem.environment else ""
+        print(f"\n{'=' * 78}\n{problem.id}   verifier: {problem.verifier}{environment}")
         if tokenizer is None:
             print(f"{RULE}\nmessages:")
             for message in problem.prompt:
@@ -186,6 +191,10 @@ def run_show(args: argparse.Namespace) -> int:
         print(f"{RULE}\nprompt text ({how}):\n{text}")
         reference = json.dumps(problem.reference, indent=2, default=repr, ensure_ascii=False)
         print(f"{RULE}\nreference:\n{_clip(reference, args.max_chars)}")
-        if problem.solution is not None:
+        if isinstance(problem.solution, list):  # a gold multi-turn episode: the turns after the prompt
+            print(f"{RULE}\nsolution (an episode; the environment's turns are masked from the loss):")
+            for message in problem.solution:
+                print(f"  [{message.get('role', '?')}] {_clip(json.dumps(message['content'], ensure_ascii=False), args.max_chars)}")
+        elif problem.solution is not None:
             print(f"{RULE}\nsolution:\n{_clip(problem.solution, args.max_chars)}")
     return 0

@@ -145,7 +145,7 @@ class EnvironmentConfig(Section):
     """Multi-turn episodes (``docs/environments.md``): used for every problem whose suite names an
     environment, or for all problems when ``name`` is set."""
 
-    name: Optional[str] = Field(None, description="environment for every problem (see `rlvr tasks environments`); "
+    name: Optional[str] = Field(None, description="environment for every problem (`rlvr tasks list` names them); "
                                 "null = each problem's own (none: one completion per sample, as without this section)")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword options of the environment(s), e.g. "
                                     "for tools: tools, call_format (json|code), max_calls_per_turn, timeout_s, "

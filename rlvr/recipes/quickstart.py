@@ -43,15 +43,33 @@ def eval_command(config: RunConfig, *, samples: int = 8, ks: str = "1,8") -> str
     if suite.path is not None:
         words += ["--path", suite.path]
     for key, value in suite.options.items():
-        text = value if isinstance(value, str) and yaml.safe_load(value) == value else json.dumps(value)
+        text = value if isinstance(value, str) and _reads_back(value) else json.dumps(value)
         words += ["--task-option", f"{key}={text}"]
     max_new_tokens = config.eval.max_new_tokens or config.generation.max_new_tokens  # as the run's evaluation
     words += ["--limit", str(suite.limit), "--max-new-tokens", str(max_new_tokens), "--samples", str(samples), "--k", ks]
+    env = config.environment
+    if env.name or env != type(env)():  # the run's episodes: same environment, budgets and token layout
+        words += ["--environment", env.name] if env.name else []
+        words += [arg for key, value in env.options.items() for arg in ("--env-option", f"{key}={json.dumps(value)}")]
+        words += ["--max-turns", str(env.max_turns), "--max-episode-tokens", str(env.max_episode_tokens),
+                  "--env-messages", env.messages]
     return shlex.join(words)
+
+
+def _reads_back(text: str) -> bool:
+    """Whether ``text`` given as ``key=text`` reads back as itself (YAML), so it needs no quoting."""
+    try:
+        return yaml.safe_load(text) == text
+    except yaml.YAMLError:  # "*" is an alias marker
+        return False
 
 
 #: The RL stage's packaged config, by ``--algorithm``.
 STAGE_CONFIGS = {"grpo": "quickstart.yaml", "ppo": "quickstart_ppo.yaml"}
+#: The quickstart's tasks (``--task``): ``tools`` is 3-digit multiplication with the sandboxed python tool.
+TASKS = ("arithmetic", "tools")
+#: The tool quickstart's SFT and RL stages.
+TOOL_CONFIGS = {"sft": "quickstart_tools_sft.yaml", "grpo": "quickstart_tools.yaml"}
 #: The RL stage against a learned reward model (``--reward-model``), by ``--algorithm``.
 RM_STAGE_CONFIGS = {"grpo": "arithmetic_grpo_rm.yaml", "ppo": "arithmetic_ppo_rm.yaml"}
 #: ``rlvr preferences`` as the reward-model quickstart runs it (docs/reward-models.md measured these).
@@ -63,13 +81,15 @@ QUICKSTART_FILES = ("base_model", "sft", "rm", "preferences.jsonl", SETTINGS_FIL
 
 def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | None = None, device: str = "auto",
                progress: bool = True, overrides: Sequence[str] = (), overwrite: bool = False,
-               algorithm: str = "grpo", reward_model: bool = False, resume: bool = False) -> dict[str, Any]:
+               algorithm: str = "grpo", reward_model: bool = False, resume: bool = False,
+               task: str = "arithmetic") -> dict[str, Any]:
     """Run the stages; ``overrides`` (``key=value``) apply to the RL stage's config, which
     ``algorithm`` picks (grpo, or ppo: PPO with a learned critic). ``reward_model``: RL against a reward
     model trained on preferences from the SFT model's samples (see the module docstring).
     ``overwrite`` replaces an earlier quickstart in ``out`` (else such a folder is refused); ``resume``
     continues one in ``out`` with the settings it started with (``quickstart.json``): finished stages
-    are kept, an interrupted one continues from its checkpoint."""
+    are kept, an interrupted one continues from its checkpoint. ``task="tools"``: 3-digit multiplication
+    with the sandboxed ``python`` tool (multi-turn episodes; GRPO only, no reward model)."""
     from rlvr.run.folder import RUN_FILES, RunFolderError, prepare_run_folder
     from rlvr.run.runtime import quiet_transformers
 
@@ -77,8 +97,13 @@ def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | Non
     started = time.perf_counter()
     run_dir = prepare_run_folder(out, name="quickstart", resume=resume, overwrite=overwrite,
                                  outputs=RUN_FILES + QUICKSTART_FILES)
+    if task not in TASKS:
+        raise ValueError(f"task: unknown quickstart task {task!r}; valid: {', '.join(TASKS)}")
+    if task == "tools" and (algorithm not in TOOL_CONFIGS or reward_model):
+        raise ValueError("task tools: the tool quickstart trains with GRPO against the verifier; leave out "
+                         + ("--reward-model" if reward_model else f"--algorithm {algorithm}"))
     settings = dict(seed=seed, steps=steps, device=device, overrides=list(overrides), algorithm=algorithm,
-                    reward_model=reward_model)
+                    reward_model=reward_model, task=task)
     if resume:
         if not (run_dir / SETTINGS_FILE).is_file():
             raise RunFolderError(f"--resume {run_dir}: no {SETTINGS_FILE} there (a quickstart writes it when it starts); "
@@ -101,7 +126,7 @@ def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | Non
 
 
 def _stages(run_dir: Path, *, seed: int, steps: int | None, device: str, overrides: list[str], algorithm: str,
-            reward_model: bool, resume: bool, progress: bool) -> dict[str, Any]:
+            reward_model: bool, resume: bool, progress: bool, task: str = "arithmetic") -> dict[str, Any]:
     """Every stage in order, each kept when a resumed quickstart finished it already; the RL stage's
     summary with the other stages' numbers added."""
     from rlvr.modeling.tiny import build_tiny_model
@@ -113,15 +138,18 @@ def _stages(run_dir: Path, *, seed: int, steps: int | None, device: str, overrid
     if not (resume and (run_dir / "base_model" / "config.json").is_file()):
         build_tiny_model(run_dir / "base_model", seed=seed)
 
-    print(f"[2/{stages}] SFT bootstrap until held-out greedy accuracy reaches 0.30")
-    sft_config = build_config(SFTConfig, load_packaged("quickstart_sft.yaml"),
+    tools = task == "tools"
+    sft_file = TOOL_CONFIGS["sft"] if tools else "quickstart_sft.yaml"
+    print(f"[2/{stages}] SFT bootstrap " + ("on gold tool-use episodes " if tools else "")
+          + "until held-out greedy accuracy reaches 0.30")
+    sft_config = build_config(SFTConfig, load_packaged(sft_file),
                               [f"out={run_dir / 'sft'}", f"model.path={run_dir / 'base_model'}", *common],
-                              source="quickstart_sft.yaml")
+                              source=sft_file)
     sft_summary = _stage(sft.train, sft_config, run_dir / "sft", resume=resume)
     print(f"      SFT stopped after {sft_summary['steps']} steps at dev accuracy {sft_summary['eval_accuracy']:.3f}")
 
     name = algorithm.upper()
-    stage_config = (RM_STAGE_CONFIGS if reward_model else STAGE_CONFIGS)[algorithm]
+    stage_config = TOOL_CONFIGS[algorithm] if tools else (RM_STAGE_CONFIGS if reward_model else STAGE_CONFIGS)[algorithm]
     run_overrides = [f"out={run_dir}", f"model.path={run_dir / 'sft' / 'final'}", *common]
     if steps is not None:
         run_overrides.append(f"train.steps={steps}")
@@ -131,7 +159,8 @@ def _stages(run_dir: Path, *, seed: int, steps: int | None, device: str, overrid
                                           progress=progress, resume=resume)
         run_overrides.append(f"reward_model.path={run_dir / 'rm' / 'final'}")
     print(f"[{stages}/{stages}] {name} against " + ("the reward model (the `numeric` verifier only watches: gold)"
-                                                   if reward_model else "the `numeric` verifier"))
+                                                   if reward_model else "the `numeric` verifier")
+          + (", the model calling the sandboxed python tool mid-answer" if tools else ""))
     run_config = build_config(RunConfig, load_packaged(stage_config), [*run_overrides, *overrides], source=stage_config)
     summary = _stage(train, run_config, run_dir, resume=resume, done=False)
     summary.update({
@@ -142,10 +171,24 @@ def _stages(run_dir: Path, *, seed: int, steps: int | None, device: str, overrid
         "model": str(run_dir / "final"),
         "eval_command": eval_command(run_config),
     })
+    if tools:
+        summary["tools"] = _tool_metrics(run_dir / "metrics.jsonl")
     if rm_summary is not None:
         summary.update({"pairwise_accuracy": rm_summary["pairwise_accuracy"], "preference_pairs": rm_summary["pairs"],
                         "reward_model": rm_summary["model"]})
     return summary
+
+
+def _tool_metrics(metrics_file: Path) -> dict[str, float]:
+    """The ``env/`` metrics of the RL stage's first and last steps (tool calls, errors, latency, stops)."""
+    from rlvr.run.tracking import read_metrics
+
+    steps = [r for r in read_metrics(metrics_file) if "env/turns" in r]
+    if not steps:
+        return {}
+    first, last = steps[0], steps[-1]
+    return {"first_step": {k: v for k, v in first.items() if k.startswith("env/")},
+            "last_step": {k: v for k, v in last.items() if k.startswith("env/")}}
 
 
 def _stage(train, config, folder: Path, *, resume: bool, done: bool = True) -> dict[str, Any]:
@@ -164,6 +207,13 @@ def _report(summary: dict[str, Any], run_dir: Path, algorithm: str, reward_model
     before, after = summary["accuracy_before"], summary["accuracy_after"]
     print(f"\n{'gold ' if reward_model else ''}greedy accuracy on {summary['eval_problems']} held-out problems: "
           f"before {algorithm.upper()} {before:.3f} -> after {after:.3f} ({after - before:+.3f})")
+    if summary.get("tools"):
+        first, last = summary["tools"]["first_step"], summary["tools"]["last_step"]
+        print("tool use (sampled episodes, first -> last RL step): "
+              f"calls per episode {first['env/tool_calls']:.2f} -> {last['env/tool_calls']:.2f}, "
+              f"tool error rate {first['env/tool_error_rate']:.2f} -> {last['env/tool_error_rate']:.2f}, "
+              f"turns {first['env/turns']:.2f} -> {last['env/turns']:.2f}, "
+              f"tool latency p50 {1e3 * last.get('env/tool_latency_p50', 0.0):.0f} ms")
     if reward_model:
         fired = [a for a in summary["alarms"] if a["alarm"] == "gold_vs_proxy"]
         print(f"reward model: held-out pairwise accuracy {summary['pairwise_accuracy']:.3f}; gold-vs-proxy alarm: "

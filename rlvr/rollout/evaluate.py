@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from rlvr.engines.base import Engine, SamplingParams
-from rlvr.rollout.episodes import episode_summary, settle_rewards
+from rlvr.rollout.episodes import episode_metrics, episode_summary, settle_rewards
 from rlvr.tasks.base import Problem
 from rlvr.verifiers.runner import VerifierRunner
 
@@ -47,6 +47,7 @@ class EvalResult:
     verify_s: float
     generated_tokens: int
     records: list[dict[str, Any]] = field(default_factory=list)
+    episodes: dict[str, float] = field(default_factory=dict)  # env/ metrics of multi-turn episodes (none: {})
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -95,6 +96,7 @@ def evaluate(
     correct_counts: list[int] = []
     score_sum = 0.0
     records: list[dict[str, Any]] = []
+    played = []  # the completions that were multi-turn episodes
     for first in range(0, len(problems), batch_prompts):
         chunk = list(problems[first : first + batch_prompts])
         t0 = time.perf_counter()
@@ -127,6 +129,7 @@ def evaluate(
             score_sum += sum(r.score for r in group_rewards)
             status.update(r.status for r in group_rewards)
             tokens += sum(len(c.token_ids) for c in groups[i])
+            played += [c for c in groups[i] if c.episode is not None]
             if keep_records:
                 records.append({
                     "id": problem.id,
@@ -155,6 +158,7 @@ def evaluate(
         verify_s=verify_s,
         generated_tokens=tokens,
         records=records,
+        episodes=episode_metrics(played),
     )
 
 

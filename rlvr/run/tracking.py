@@ -27,6 +27,8 @@ PLOT_PANELS = [
 #: Drawn after the others when a run logged their metrics: (title, left-axis keys, right-axis keys).
 OPTIONAL_PANELS = [
     ("gold (verifier) vs proxy (reward model)", ["gold/mean", "gold/accuracy"], ["proxy/reward"]),
+    ("episodes: tool use and stop reasons", ["env/turns", "env/tool_calls", "env/tool_error_rate", "env/stop_eos",
+                                             "env/stop_max_tokens", "env/stop_max_turns"]),
 ]
 
 #: Keys of every ``metrics.jsonl`` line that label it rather than measure: not sent to trackers.
@@ -131,7 +133,8 @@ def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "",
                  panels: list[tuple[str, list[str]]] | None = None) -> Path | None:
     """Draw ``panels`` (``(title, metric keys[, right-axis keys])``; default: reward, accuracy, KL,
     entropy, length, clipping) per step to a PNG, three panels to a row; :data:`OPTIONAL_PANELS`
-    follow when the run logged their metrics (gold vs proxy: a reward model's run)."""
+    follow when the run logged their metrics (gold vs proxy: a reward model's run; tool use and stop
+    reasons: a run of multi-turn episodes)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,7 +144,7 @@ def plot_metrics(metrics_path: str | Path, out_png: str | Path, title: str = "",
     if not records:
         return None
     logged = {key for r in records for key in r}
-    panels = list(panels or PLOT_PANELS) + [p for p in OPTIONAL_PANELS if logged & {*p[1], *p[2]}]
+    panels = list(panels or PLOT_PANELS) + [p for p in OPTIONAL_PANELS if logged & {k for keys in p[1:] for k in keys}]
     rows = math.ceil(len(panels) / 3)
     fig, axes = plt.subplots(rows, 3, figsize=(14, 3.5 * rows), squeeze=False)
     for ax in axes.flat[len(panels):]:
