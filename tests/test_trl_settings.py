@@ -95,7 +95,8 @@ def test_sft_encodes_prompts_as_the_rl_recipes_do(tokenizer):
     from rlvr.tasks.base import Problem
 
     examples = [(MESSAGES, "5")]
-    (templated, _), (raw, completion) = sft._tokenize(tokenizer, [(examples, "auto"), (examples, "none")])
+    (templated, _, mask), (raw, completion, _) = sft._tokenize(tokenizer, [(examples, "auto"), (examples, "none")])
+    assert mask is None  # a one-turn completion: every token is a loss token
     problem = Problem("x", MESSAGES, {}, "numeric")
     assert templated == PromptEncoder(tokenizer)(problem) and raw == PromptEncoder(tokenizer, "none")(problem)
     assert completion == tokenizer("5", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]

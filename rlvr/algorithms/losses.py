@@ -178,7 +178,7 @@ def policy_loss(
 ) -> tuple[torch.Tensor, PolicyLossStats]:
     """The per-token policy loss ``loss`` (default: the clipped surrogate, :func:`clipped_surrogate`)
     reduced with aggregation ``agg``, and its diagnostics. ``token_weights`` (no gradient, e.g.
-    :func:`truncated_importance_weights`) scale each token's loss before the reduction."""
+    :mod:`rlvr.algorithms.off_policy`) scale each token's loss before the reduction."""
     per_token = POLICY_LOSSES.get(loss)
     loss_t, low, high = per_token(logp, old_logp, advantages, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip)
     if token_weights is not None:
@@ -198,17 +198,6 @@ def policy_loss(
             approx_kl=float((kl_k3(old_logp, logp) * m).sum() / n),
         )
     return total, stats
-
-
-def truncated_importance_weights(old_logp: torch.Tensor, engine_logp: torch.Tensor, cap: float) -> torch.Tensor:
-    """``min(pi_old / pi_engine, cap)`` per token, without gradient.
-
-    The engine samples with its own kernels (and maybe another precision), so its probability of a
-    token differs from the trainer's pi_old for the same weights; the policy gradient is an
-    expectation under the trainer's policy, so samples are reweighted by the ratio, truncated at
-    ``cap`` to bound the variance (truncated importance sampling, Yao et al. 2025).
-    """
-    return torch.exp(old_logp.detach() - engine_logp.detach()).clamp(max=cap)
 
 
 # ---------------------------------------------------------------------------------------------

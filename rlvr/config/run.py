@@ -76,7 +76,16 @@ class AlgorithmConfig(Section):
     )
     tis_cap: Optional[float] = Field(
         None, gt=0, description="truncated importance sampling: weight each token's loss by min(pi_old/pi_engine, cap), "
-        "pi_engine being the engine's sampling probability (corrects trainer-inference mismatch); off when unset")
+        "pi_engine being the engine's sampling probability (corrects trainer-inference mismatch); off when unset. "
+        "Short for off_policy: token_tis with off_policy_cap: CAP")
+    off_policy: str = Field(
+        "none", description="off-policy correction between the engine's sampling policy and pi_old "
+        "(rlvr/algorithms/off_policy.py): none, token_tis (weights min(rho, cap)), seq_mask (drop sequences whose "
+        "geometric-mean rho is beyond [1/cap, cap]), decoupled (AReaL: weights rho, tokens with rho > cap dropped), "
+        "or a plugin's")
+    off_policy_cap: float = Field(2.0, ge=1, description="the bound of algorithm.off_policy on rho = pi_old / pi_engine")
+    _known_correction = field_validator("off_policy")(
+        lambda cls, v: registered("rlvr.algorithms.off_policy:OFF_POLICY_CORRECTIONS", v))
     dynamic_sampling: bool = Field(False, description="drop groups whose accuracy has zero variance and refill (DAPO)")
     max_resample_rounds: int = Field(4, ge=0, description="extra generation rounds to refill a dynamic-sampling batch")
     guidance: Literal["none", "solution"] = Field(
@@ -270,6 +279,9 @@ class RunConfig(Section):
             raise ValueError("algorithm.dynamic_sampling needs train.group_size >= 2")
         if a.minibatches > t.prompts_per_step:
             raise ValueError(f"algorithm.minibatches ({a.minibatches}) cannot exceed train.prompts_per_step ({t.prompts_per_step})")
+        if a.tis_cap is not None and a.off_policy not in ("none", "token_tis"):
+            raise ValueError(f"algorithm.tis_cap is short for off_policy: token_tis, and off_policy is {a.off_policy!r}; "
+                             "set off_policy_cap instead")
         if a.overlong == "soft" and a.overlong_buffer >= self.generation.max_new_tokens:
             raise ValueError("algorithm.overlong_buffer must be smaller than generation.max_new_tokens")
         if not self.model.path:

@@ -97,8 +97,8 @@ def _read_jsonl_examples(path: Path, limit: int | None) -> list[tuple[Messages, 
     return examples
 
 
-def _tokenize(tokenizer, sources: list[tuple[list[tuple[Messages, Any]], str]], environment,
-              stop_ids: list[int]) -> list[tuple[list[int], list[int], list[int] | None]]:
+def _tokenize(tokenizer, sources: list[tuple[list[tuple[Messages, Any]], str]], environment=None,
+              stop_ids: list[int] | None = None) -> list[tuple[list[int], list[int], list[int] | None]]:
     """Prompt ids (each source's chat template, as the RL recipes encode prompts), completion ids + EOS,
     and the loss mask of a multi-turn solution (a list of messages after the prompt: its environment
     messages are encoded by ``environment.messages`` as episodes encode them, and carry no loss)."""
@@ -114,7 +114,8 @@ def _tokenize(tokenizer, sources: list[tuple[list[tuple[Messages, Any]], str]], 
             if isinstance(completion, str):
                 out.append((prompt_ids, next(singles) + [eos], None))
                 continue
-            messages = messages or message_encoder(tokenizer, environment.messages, chat_template, stop_ids)
+            messages = messages or message_encoder(tokenizer, environment.messages if environment else "auto",
+                                                   chat_template, stop_ids or [eos])
             out.append((prompt_ids, *gold_episode_ids(completion, tokenizer, messages, eos)))
     return out
 

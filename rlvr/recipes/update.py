@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss, truncated_importance_weights
+from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss
+from rlvr.algorithms.off_policy import OFF_POLICY_CORRECTIONS
 from rlvr.modeling.logprobs import completion_logprobs, no_grad_logprobs
 from rlvr.run.sharding import is_sharded, lockstep_passes
 from rlvr.rollout.batch import Batch
@@ -76,10 +77,11 @@ def policy_terms(policy, micro: Batch, s: UpdateSettings, *, num_seqs: int, num_
     logp, entropy = completion_logprobs(policy, micro.input_ids, micro.attention_mask, micro.completion_len,
                                         s.temperature, with_entropy=True, entropy_grad=algo.entropy_coef > 0)
     old = logp.detach() if s.single_pass else micro.old_logp
-    tis = truncated_importance_weights(old, micro.engine_logp, algo.tis_cap) if algo.tis_cap else None
-    loss, stats = policy_loss(logp, old, micro.advantages, micro.response_mask, clip_low=algo.clip_low,
-                              clip_high=algo.clip_high, dual_clip=algo.dual_clip, agg=algo.loss_agg,
-                              loss=algo.policy_loss, token_weights=tis, **agg)
+    weights, kept = off_policy_weights(algo, old, micro)
+    loss, stats = policy_loss(logp, old, micro.advantages, micro.response_mask * kept if kept is not None else
+                              micro.response_mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
+                              dual_clip=algo.dual_clip, agg=algo.loss_agg, loss=algo.policy_loss,
+                              token_weights=weights, **agg)
     pg_loss = float(loss.detach())
     terms = {}
     if micro.ref_logp is not None:
@@ -97,9 +99,21 @@ def policy_terms(policy, micro: Batch, s: UpdateSettings, *, num_seqs: int, num_
         "train/ratio_mean": stats.ratio_mean,
         "train/approx_kl_old": stats.approx_kl,
     })
-    if tis is not None:
-        terms["train/tis_weight_mean"] = masked_mean(tis, micro.response_mask)
+    if weights is not None:
+        terms["train/off_policy_weight_mean"] = masked_mean(weights, micro.response_mask)
+        terms["train/off_policy_kept_frac"] = masked_mean(kept, micro.response_mask)
     return MicroLoss(loss, pg_loss, terms, logp)
+
+
+def off_policy_weights(algo, old_logp: torch.Tensor, micro: Batch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(weights, kept)`` ``[n, T]`` of ``algorithm.off_policy`` (``tis_cap`` is short for ``token_tis``)
+    between pi_old (the proximal policy) and the engine's sampling policy, or ``(None, None)`` without
+    one. A dropped token stays in the aggregation's denominator as a zero (dropping tokens never
+    scales the others' gradient up)."""
+    name, cap = ("token_tis", algo.tis_cap) if algo.tis_cap is not None else (algo.off_policy, algo.off_policy_cap)
+    if name == "none":
+        return None, None
+    return OFF_POLICY_CORRECTIONS.get(name)(old_logp, micro.engine_logp, micro.response_mask, cap=cap)
 
 
 class TokenMeans:
