@@ -144,6 +144,20 @@ CRITIC_ALGORITHM_KEYS = ("gamma", "lam", "whiten_advantages", "truncation", "val
                          "kl_horizon", "early_stop_kl")
 
 
+class AsyncGenerationConfig(Section):
+    """Generation in a process of its own, overlapping the update (rlvr/rollout/async_rollout.py)."""
+
+    max_staleness: Optional[int] = Field(
+        None, ge=0, description="null: the engine generates in the trainer's process, step after step (the default). "
+        "S >= 0: the HF engine runs in its own process with S steps in flight: a step trains on samples of the policy "
+        "S updates old at most (0: the synchronous loop exactly, through the worker)")
+    worker_threads: Optional[int] = Field(
+        None, ge=1, description="torch threads of the generator process; null = as many as the trainer's at "
+        "max_staleness 0 (they never run together), else half the cores (at least 1)")
+    timeout_s: float = Field(300.0, gt=0, description="the longest wait for the generator (to start, to serve a "
+                             "weight publication or a generation); past it the run stops with an error")
+
+
 class TrainConfig(ProcessConfig):
     steps: int = Field(100, ge=1)
     prompts_per_step: int = Field(32, ge=1)
@@ -258,6 +272,8 @@ class RunConfig(Section):
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig, description="multi-turn episodes: "
                                            "environments and tools (used only where a problem or name sets one)")
+    async_generation: AsyncGenerationConfig = Field(default_factory=AsyncGenerationConfig,
+                                                    description="generation overlapping the update (off by default)")
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig, description="the value model (critic presets only)")
     reward_model: Optional[RewardModelRunConfig] = Field(
@@ -291,11 +307,29 @@ class RunConfig(Section):
                              "baseline, so it needs a critic-free preset and the verifier's reward "
                              f"(algorithm.preset is {a.preset!r}, reward_model is "
                              f"{'set' if self.reward_model is not None else 'null'}); remove the key")
+        self._check_async()
         if self.environment.name is not None and self.reward_model is not None:
             raise ValueError("environment.name: a learned reward model scores single completions, not multi-turn "
                              "episodes; remove reward_model or environment.name")
         self._check_critic_options()
         return self
+
+    def _check_async(self) -> None:
+        """What asynchronous generation does not take yet, refused by name."""
+        staleness = self.async_generation.max_staleness
+        if staleness is None:
+            return
+        unsupported = {"engine.name": self.engine.name != "hf", "reward_model": self.reward_model is not None,
+                       "algorithm.dynamic_sampling": self.algorithm.dynamic_sampling,
+                       "environment.name": self.environment.name is not None,
+                       "train.strategy": self.train.strategy != "ddp"}
+        for key, bad in unsupported.items():
+            if bad:
+                raise ValueError(f"async_generation.max_staleness: asynchronous generation runs the HF engine on "
+                                 f"single completions, without {key} (set here); remove one of the two")
+        if staleness > 0 and self.algorithm.old_logprobs == "engine":
+            raise ValueError("algorithm.old_logprobs: with async_generation.max_staleness > 0 the engine's log-probs "
+                             "are those of an older policy, not pi_old; use recompute (or auto)")
 
     @classmethod
     def fill_defaults(cls, raw: dict) -> dict:

@@ -130,16 +130,18 @@ def canary_prompt(tokenizer, length: int) -> list[int]:
     return (ids * (length // len(ids) + 1))[:length]
 
 
-def start_engine(engine_config, policy, tokenizer, *, dtype: str, context: int | None, copy=None):
+def start_engine(engine_config, policy, tokenizer, *, dtype: str, context: int | None, copy=None, built=None):
     """``(engine, sync)``: the engine of ``engine_config`` (an ``EngineConfig``), given the policy's
     weights and checked by the canary once. ``copy``: a whole model the HF engine generates from
     instead of the policy module (a sharded policy's :func:`rlvr.modeling.loading.generation_copy`),
-    sent the policy's weights after every update."""
+    sent the policy's weights after every update. ``built``: an engine made already (the generator
+    process of asynchronous generation), taken as it is."""
     from rlvr.engines import build_engine
 
     own = {"weight_sync": "merged"} if copy is not None else {}
-    engine = build_engine(engine_config.name, policy if copy is None else copy, tokenizer,
-                          max_batch_size=engine_config.max_batch_size, **engine_config.options, **own)
+    engine = built if built is not None else build_engine(
+        engine_config.name, policy if copy is None else copy, tokenizer, max_batch_size=engine_config.max_batch_size,
+        **engine_config.options, **own)
     sync = EngineSync(engine, policy, tokenizer, dtype=dtype, tolerance=engine_config.canary_tolerance,
                       canary=engine_config.canary, max_len=context)
     try:

@@ -17,14 +17,16 @@ The update between rollout and step_metrics is the recipe's own.
 from __future__ import annotations
 
 import collections
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
 from rlvr.engines import SamplingParams
 from rlvr.engines.base import call_optional
+from rlvr.engines.process import ProcessEngine
 from rlvr.engines.weight_sync import start_engine
 from rlvr.modeling.forward_choice import forward_note
 from rlvr.modeling.loading import (Reference, context_length, generation_copy, load_run_policy, load_tokenizer,
@@ -35,7 +37,8 @@ from rlvr.recipes.update import UpdateSettings
 from rlvr.rollout.batch import SampleTensors, sample_tensors
 from rlvr.rollout.episodes import build_environments, episode_runner
 from rlvr.rollout.evaluate import evaluate_suites
-from rlvr.rollout.groups import Group, RolloutStats, collect_groups, verifier_runner
+from rlvr.rollout.async_rollout import AsyncRollouts, staleness_metrics
+from rlvr.rollout.groups import Group, RolloutStats, collect_groups, scored_groups, verifier_runner
 from rlvr.rollout.reward_scoring import build_reward_scorer
 from rlvr.rollout.sampler import ProblemSampler, RankSampler
 from rlvr.rollout.suites import (PromptEncoder, announce_suites, check_verifiers, drop_overlong_prompts,
@@ -53,6 +56,7 @@ class Rollout:
     samples: SampleTensors
     stats: RolloutStats
     error_frac: float  # of the samples whose verifier raised
+    extra: dict[str, float] = field(default_factory=dict)  # asynchronous generation: the lag, the waits
 
 
 class RLRun(Run):
@@ -111,14 +115,20 @@ class RLRun(Run):
                                    logits_chunk_mb=config.model.logits_chunk_mb)
         copy = generation_copy(self.policy, config.model.dtype, dist.device) if shard and config.engine.name == "hf" \
             else None  # the HF engine cannot decode from shards: each rank decodes its own lengths
+        self.sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p,
+                                       top_k=gen.top_k)
+        worker = self._generator_process()  # asynchronous generation: the HF engine in a process of its own
         self.engine, self.sync = start_engine(config.engine, self.policy, self.tokenizer, dtype=config.model.dtype,
-                                              context=context, copy=copy)
+                                              context=context, copy=copy, built=worker)
         self.cleanup(lambda: call_optional(self.engine, "close"))
+        self.async_rollouts = None if worker is None else AsyncRollouts(
+            worker, draw=self.sampler.next, encode=self.encode, suites=self.suites,
+            num_prompts=config.train.prompts_per_step,
+            group_size=config.train.group_size, sampling=self.sampling,
+            max_staleness=config.async_generation.max_staleness, seed=config.train.seed)
         self.scorer = build_reward_scorer(config, dist.device, self.tokenizer)  # a learned reward model, if any
         if self.scorer is not None and dist.is_main:
             print(self.scorer.describe(), flush=True)
-        self.sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p,
-                                       top_k=gen.top_k)
         self.settings = UpdateSettings.from_config(config, dist, episodes=self.episodes is not None)
         self.alarms = Alarms(config.log.alarm_patience, window=config.log.gold_window,
                              reference=config.log.gold_reference)
@@ -127,10 +137,28 @@ class RLRun(Run):
             else None
         self.verifier_errors = VerifierErrors(config.verifier.max_error_frac, printer=self.write)
 
+    def _generator_process(self) -> ProcessEngine | None:
+        """The generator process of ``async_generation`` (None when it is off)."""
+        config, section = self.config, self.config.async_generation
+        if section.max_staleness is None:
+            return None
+        if self.dist.world_size > 1 or self.episodes is not None:
+            raise InvalidValueError("async_generation.max_staleness: asynchronous generation runs one process's single "
+                                    "completions" + (" (this run has several ranks)" if self.dist.world_size > 1 else
+                                                     " (these problems play multi-turn episodes)") + "; remove it")
+        threads = section.worker_threads or (torch.get_num_threads() if section.max_staleness == 0
+                                             else max(1, (os.cpu_count() or 2) // 2))
+        if self.dist.is_main:
+            print(f"async generation: max_staleness {section.max_staleness}, a generator process with {threads} "
+                  f"thread(s) beside the trainer's {torch.get_num_threads()}", flush=True)
+        return ProcessEngine(config.model.path, self.tokenizer, dtype=config.model.dtype, threads=threads,
+                             max_batch_size=config.engine.max_batch_size, timeout_s=section.timeout_s)
+
     def restore(self, states: dict[str, Any], *, models: dict[str, Any]) -> int:
         """The recipe's ``states`` and ``models`` plus the run's own (data position, alarms, reward-model
         normalisation) from a checkpoint, or a new run; then the evaluation at step 0 of a new run."""
         own = {"sampler": self.sampler, "alarms": self.alarms, **({"reward_model": self.scorer} if self.scorer else {}),
+               **({"async_rollouts": self.async_rollouts} if self.async_rollouts is not None else {}),
                **({"best_policy": self.best_policy} if self.best_policy is not None else {})}
         seed_ranks(self.config.train.seed, self.dist)  # before a resume, whose restored per-rank RNG state must win
         done = super().restore({**states, **own}, models=models, tokenizer=self.tokenizer, sampler=self.sampler)
@@ -144,18 +172,35 @@ class RLRun(Run):
     # ---- a step -------------------------------------------------------------------------------
 
     def rollout(self, step: int, *, dynamic_sampling: bool = False, max_resample_rounds: int = 0) -> Rollout:
-        """Problems -> groups of completions -> rewards -> reward tensors (see ``rlvr/rollout/``)."""
+        """Problems -> groups of completions -> rewards -> reward tensors (see ``rlvr/rollout/``); with
+        asynchronous generation, the step's samples come from the generator process's queue."""
         config, t = self.config, self.config.train
+        if self.async_rollouts is not None:
+            return self._async_rollout(step)
         groups, stats = collect_groups(
             engine=self.engine, runner=self.runner, sampler=self.sampler, encode=self.encode,
             num_prompts=t.prompts_per_step // self.dist.world_size, group_size=t.group_size, sampling=self.sampling,
             verifier=config.verifier.name, verifier_options=config.verifier.options, reward_model=self.scorer,
             dynamic_sampling=dynamic_sampling, max_resample_rounds=max_resample_rounds, episodes=self.episodes,
         )
-        error_frac = self.verifier_errors.update(
-            step, [r for g in groups for r in g.rewards],
-            lambda i: config.verifier.name or groups[i // t.group_size].problem.verifier)
-        return Rollout(groups, self.tensors(groups), stats, error_frac)
+        return Rollout(groups, self.tensors(groups), stats, self._error_frac(step, groups))
+
+    def _async_rollout(self, step: int) -> Rollout:
+        """Step ``step``'s samples from the generator process (submitted up to S steps ago), scored now."""
+        config = self.config
+        sampled = self.async_rollouts.take(step, config.train.steps)
+        stats = RolloutStats(rounds=1, generate_s=sampled.info["seconds"])
+        groups = scored_groups(sampled.drawn, sampled.prompt_ids, sampled.completions, runner=self.runner,
+                               verifier=config.verifier.name, verifier_options=config.verifier.options,
+                               reward_model=None, stats=stats)
+        return Rollout(groups, self.tensors(groups), stats, self._error_frac(step, groups),
+                       extra=staleness_metrics(sampled, step - sampled.submitted_at, stats.generate_s))
+
+    def _error_frac(self, step: int, groups: list[Group]) -> float:
+        """The share of the step's samples whose verifier raised (alarm past ``verifier.max_error_frac``)."""
+        size = self.config.train.group_size
+        return self.verifier_errors.update(step, [r for g in groups for r in g.rewards],
+                                           lambda i: self.config.verifier.name or groups[i // size].problem.verifier)
 
     def tensors(self, groups: list[Group]) -> SampleTensors:
         """Reward tensors ``[P, G]`` of ``groups`` with the run's failure and overlong handling."""
@@ -193,6 +238,7 @@ class RLRun(Run):
             "time/step": step_end - self.step_started,
             "time/log": self.log_s,
             "perf/tokens_per_s": stats.generated_tokens / max(stats.generate_s, 1e-9),
+            **rollout.extra,
         })
         return metrics
 

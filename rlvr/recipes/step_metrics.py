@@ -131,9 +131,10 @@ def run_summary(config, evaluations: dict, alarms) -> dict[str, Any]:
 
 def progress_postfix(metrics: dict[str, float]) -> dict[str, str]:
     """The progress bar's numbers: mean reward, and accuracy (the gold's with a reward model) when logged;
-    with multi-turn episodes, turns and tool calls per episode."""
+    with multi-turn episodes, turns and tool calls per episode; with asynchronous generation, the lag."""
     accuracy = metrics.get("reward/accuracy", metrics.get("gold/accuracy"))
     episodes = {"turns": f"{metrics['env/turns']:.2f}", "calls": f"{metrics['env/tool_calls']:.2f}"} \
         if "env/turns" in metrics else {}
+    lag = {"lag": f"{metrics['async/lag']:.0f}"} if "async/lag" in metrics else {}
     return {"reward": f"{metrics['reward/mean']:.3f}", **({"acc": f"{accuracy:.3f}"} if accuracy is not None else {}),
-            **episodes}
+            **episodes, **lag}

@@ -40,8 +40,10 @@ class UpdateSettings:
         """``episodes``: the run plays multi-turn episodes, whose rows are up to
         ``environment.max_episode_tokens`` long (the ``max_len`` then)."""
         source = config.algorithm.old_logprobs
-        if source == "auto":  # the HF engine in float32 computes exactly the trainer's log-probs
-            source = "engine" if config.engine.name == "hf" and config.model.dtype == "float32" else "recompute"
+        if source == "auto":  # the HF engine in float32 computes exactly the trainer's log-probs (of the same policy)
+            stale = bool(config.async_generation.max_staleness)  # asynchronous: the engine's are an older policy's
+            source = "engine" if config.engine.name == "hf" and config.model.dtype == "float32" and not stale \
+                else "recompute"
         return cls(algo=config.algorithm, temperature=config.generation.temperature,
                    max_len=config.environment.max_episode_tokens if episodes else config.generation.max_new_tokens,
                    micro_batch_size=config.train.micro_batch_size,

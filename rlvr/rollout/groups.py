@@ -102,6 +102,28 @@ def verify_groups(runner: VerifierRunner, groups: list[Group], verifier: str | N
     return out
 
 
+def scored_groups(drawn: Sequence[tuple[str, Problem]], prompt_ids: Sequence[list[int]],
+                  completions: Sequence[list[Completion]], *, runner: VerifierRunner, verifier: str | None,
+                  verifier_options: dict | None, reward_model, stats: RolloutStats) -> list[Group]:
+    """The groups of ``drawn`` problems (``(suite, problem)``) and their ``completions``, scored by the
+    verifier (and a reward model), with what they cost and hold added to ``stats``."""
+    groups = [Group(name, problem, list(ids), list(comps))
+              for (name, problem), ids, comps in zip(drawn, prompt_ids, completions)]
+    start = time.perf_counter()
+    score_groups(runner, groups, verifier, verifier_options)
+    stats.verify_s += time.perf_counter() - start
+    if reward_model is not None:
+        start = time.perf_counter()
+        reward_model.score_groups(groups, runner)
+        stats.reward_model_s += time.perf_counter() - start
+    for group in groups:
+        stats.generated_tokens += sum(len(c.token_ids) for c in group.completions)
+        stats.status.update(r.status for r in group.rewards)
+        stats.groups_seen += 1
+        stats.zero_variance_groups += not has_signal(group.rewards)
+    return groups
+
+
 def collect_groups(
     *,
     engine: Engine,
@@ -146,24 +168,12 @@ def collect_groups(
         else:
             completions = engine.generate(prompt_ids, group_size, sampling)
         stats.generate_s += time.perf_counter() - start
-        groups = [Group(name, problem, ids, comps) for (name, problem), ids, comps in zip(drawn, prompt_ids, completions)]
-        start = time.perf_counter()
-        score_groups(runner, groups, verifier, verifier_options)
-        stats.verify_s += time.perf_counter() - start
-        if reward_model is not None:
-            start = time.perf_counter()
-            reward_model.score_groups(groups, runner)
-            stats.reward_model_s += time.perf_counter() - start
-        for group in groups:
-            stats.generated_tokens += sum(len(c.token_ids) for c in group.completions)
-            stats.status.update(r.status for r in group.rewards)
-            stats.groups_seen += 1
-            if not has_signal(group.rewards):
-                stats.zero_variance_groups += 1
-                if dynamic_sampling:
-                    dropped.append(group)
-                    continue
-            kept.append(group)
+        for group in scored_groups(drawn, prompt_ids, completions, runner=runner, verifier=verifier,
+                                   verifier_options=verifier_options, reward_model=reward_model, stats=stats):
+            if dynamic_sampling and not has_signal(group.rewards):
+                dropped.append(group)
+            else:
+                kept.append(group)
         if not dynamic_sampling:
             break
     stats.dropped_groups = len(dropped)
