@@ -15,6 +15,7 @@ from rlvr.engines.process import ProcessEngine
 from rlvr.modeling.loading import iter_inference_weights, load_policy, load_tokenizer
 from rlvr.recipes import grpo
 from rlvr.run.tracking import read_metrics
+from rlvr.tasks.environments import EnvStep, register_environment
 
 
 def _config(model, out, *overrides):
@@ -78,6 +79,40 @@ def test_staleness_zero_through_the_generator_process_is_the_synchronous_loop(ta
     synchronous = read_metrics(tmp_path / "sync" / "metrics.jsonl")
     assert [r["reward/mean"] for r in records] == [r["reward/mean"] for r in synchronous]
     assert sync["steps"] == through["steps"] == 5
+
+
+@register_environment("test_async_nudge", overwrite=True)
+class Nudge:
+    """Answers the first two turns of every episode with a user message (importable: the generator
+    process unpickles it)."""
+
+    name = "test_async_nudge"
+
+    def episode(self, problem):
+        return NudgeEpisode()
+
+
+class NudgeEpisode:
+    def __init__(self):
+        self.turns = 0
+
+    def step(self, text):
+        self.turns += 1
+        return EnvStep(messages=[{"role": "user", "content": "again"}] if self.turns < 3 else [])
+
+
+def test_the_generator_process_plays_multi_turn_episodes_as_the_trainer_would(taught_model, tmp_path):
+    episodes = ["environment.name=test_async_nudge", "environment.messages=text", "environment.max_turns=3",
+                "environment.max_episode_tokens=24", "train.steps=3"]
+    grpo.train(_config(taught_model, tmp_path / "sync", *episodes))
+    grpo.train(_config(taught_model, tmp_path / "async0", *episodes, "async_generation.max_staleness=0"))
+    a, b = _weights(tmp_path / "sync"), _weights(tmp_path / "async0")
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    grpo.train(_config(taught_model, tmp_path / "async1", *episodes, "async_generation.max_staleness=1"))
+    records = read_metrics(tmp_path / "async1" / "metrics.jsonl")
+    assert [r["async/lag"] for r in records] == [0.0, 1.0, 1.0]
+    assert all(r["env/turns"] > 1 and 0 < r["env/masked_frac"] < 1 for r in records)
 
 
 def test_a_slow_trainer_trains_on_samples_at_most_max_staleness_old(taught_model, tmp_path, monkeypatch):

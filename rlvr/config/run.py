@@ -321,12 +321,11 @@ class RunConfig(Section):
             return
         unsupported = {"engine.name": self.engine.name != "hf", "reward_model": self.reward_model is not None,
                        "algorithm.dynamic_sampling": self.algorithm.dynamic_sampling,
-                       "environment.name": self.environment.name is not None,
                        "train.strategy": self.train.strategy != "ddp"}
         for key, bad in unsupported.items():
             if bad:
-                raise ValueError(f"async_generation.max_staleness: asynchronous generation runs the HF engine on "
-                                 f"single completions, without {key} (set here); remove one of the two")
+                raise ValueError(f"async_generation.max_staleness: asynchronous generation runs the HF engine in one "
+                                 f"process, without {key} (set here); remove one of the two")
         if staleness > 0 and self.algorithm.old_logprobs == "engine":
             raise ValueError("algorithm.old_logprobs: with async_generation.max_staleness > 0 the engine's log-probs "
                              "are those of an older policy, not pi_old; use recompute (or auto)")

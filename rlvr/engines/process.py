@@ -51,19 +51,24 @@ class ProcessEngine:
         threads: torch threads of the worker.
         max_batch_size: sequences generated together.
         timeout_s: the longest wait for the worker to start or to answer a request.
+        episodes: to play multi-turn episodes in the worker (``submit(..., problems=...)``): the trainer's
+            :class:`~rlvr.rollout.episodes.EpisodeRunner` settings, ``{"environments", "default",
+            "max_turns", "max_episode_tokens", "workers", "messages", "eos_ids"}`` (the environments
+            are pickled, so their classes must be importable).
     """
 
     weight_sync = "merged"
 
     def __init__(self, path: str, tokenizer, *, dtype: str = "float32", threads: int = 1, max_batch_size: int = 256,
-                 timeout_s: float = 300.0):
+                 timeout_s: float = 300.0, episodes: dict[str, Any] | None = None):
         import torch.multiprocessing as mp
 
         self.timeout_s = timeout_s
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         context = mp.get_context("spawn")  # a fork would copy the trainer's threads and locks
         self._requests, self._replies = context.Queue(), context.Queue()
-        spec = {"path": str(path), "dtype": dtype, "threads": threads, "max_batch_size": max_batch_size}
+        spec = {"path": str(path), "dtype": dtype, "threads": threads, "max_batch_size": max_batch_size,
+                "episodes": episodes}
         self._process = context.Process(target=_serve, args=(spec, self._requests, self._replies), daemon=True,
                                         name="rlvr-generator")
         self._process.start()
@@ -91,13 +96,15 @@ class ProcessEngine:
     # ---- asynchronous use -------------------------------------------------------------------
 
     def submit(self, prompts: Sequence[Sequence[int]], n: int, sampling: SamplingParams, *,
-               rng: torch.Tensor | None = None, seed: int | None = None) -> int:
+               rng: torch.Tensor | None = None, seed: int | None = None, problems: Sequence[Any] | None = None,
+               templates: Sequence[Any] | None = None) -> int:
         """Queue a generation (sampled with torch RNG state ``rng``, or seeded with ``seed``); returns
-        its ticket at once."""
+        its ticket at once. With ``problems`` (and the chat ``templates`` their prompts are rendered
+        with), the worker plays them as multi-turn episodes."""
         ticket = self._next_ticket
         self._next_ticket += 1
         self._send("generate", ticket, {"prompts": [list(p) for p in prompts], "n": n, "sampling": sampling,
-                                        "rng": rng, "seed": seed, "publication": self.publications})
+                                        "rng": rng, "seed": seed, "problems": problems, "templates": templates})
         return ticket
 
     def result(self, ticket: int) -> tuple[list[list[Completion]], dict[str, Any]]:
@@ -158,6 +165,7 @@ def _serve(spec: dict[str, Any], requests, replies) -> None:
         tokenizer = load_tokenizer(spec["path"])
         eos_token_ids(model, tokenizer)  # a model without EOS fails here, in the worker's own words
         engine = HFEngine(model, tokenizer, max_batch_size=spec["max_batch_size"], weight_sync="merged")
+        episodes = _EpisodePlayer(spec["episodes"], tokenizer) if spec["episodes"] else None
     except BaseException:
         replies.put(("error", -1, traceback.format_exc()))
         return
@@ -183,7 +191,10 @@ def _serve(spec: dict[str, Any], requests, replies) -> None:
                 elif payload["seed"] is not None:
                     torch.manual_seed(payload["seed"])
                 start = time.perf_counter()
-                groups = engine.generate(payload["prompts"], payload["n"], payload["sampling"])
+                if payload["problems"] is not None:
+                    groups = episodes.play(engine, payload)
+                else:
+                    groups = engine.generate(payload["prompts"], payload["n"], payload["sampling"])
                 replies.put(("groups", ticket, (groups, {"publication": publication, "idle_s": idle,
                                                          "seconds": time.perf_counter() - start,
                                                          "rng": torch.get_rng_state()})))
@@ -191,3 +202,29 @@ def _serve(spec: dict[str, Any], requests, replies) -> None:
             replies.put(("error", ticket, traceback.format_exc()))
             return
         free_since = time.perf_counter()
+
+
+class _EpisodePlayer:
+    """The worker's :class:`~rlvr.rollout.episodes.EpisodeRunner`, built from the trainer's settings;
+    environment messages are encoded for the chat template each request names per problem."""
+
+    def __init__(self, settings: dict[str, Any], tokenizer):
+        from rlvr.rollout.env_tokens import message_encoder
+        from rlvr.rollout.episodes import EpisodeRunner
+
+        encoders: dict[Any, Any] = {}
+        self._templates: dict[int, Any] = {}
+
+        def messages_of(problem):
+            template = self._templates[id(problem)]
+            if template not in encoders:
+                encoders[template] = message_encoder(tokenizer, settings["messages"], template, settings["eos_ids"])
+            return encoders[template]
+
+        self.runner = EpisodeRunner(messages_of, settings["environments"], default=settings["default"],
+                                    max_turns=settings["max_turns"], max_episode_tokens=settings["max_episode_tokens"],
+                                    workers=settings["workers"])
+
+    def play(self, engine, payload: dict[str, Any]) -> list[list[Completion]]:
+        self._templates = {id(p): t for p, t in zip(payload["problems"], payload["templates"])}
+        return self.runner.generate(engine, payload["problems"], payload["prompts"], payload["n"], payload["sampling"])

@@ -125,7 +125,8 @@ class RLRun(Run):
             worker, draw=self.sampler.next, encode=self.encode, suites=self.suites,
             num_prompts=config.train.prompts_per_step,
             group_size=config.train.group_size, sampling=self.sampling,
-            max_staleness=config.async_generation.max_staleness, seed=config.train.seed)
+            max_staleness=config.async_generation.max_staleness, seed=config.train.seed,
+            episodes=self.episodes is not None)
         self.scorer = build_reward_scorer(config, dist.device, self.tokenizer)  # a learned reward model, if any
         if self.scorer is not None and dist.is_main:
             print(self.scorer.describe(), flush=True)
@@ -142,17 +143,22 @@ class RLRun(Run):
         config, section = self.config, self.config.async_generation
         if section.max_staleness is None:
             return None
-        if self.dist.world_size > 1 or self.episodes is not None:
-            raise InvalidValueError("async_generation.max_staleness: asynchronous generation runs one process's single "
-                                    "completions" + (" (this run has several ranks)" if self.dist.world_size > 1 else
-                                                     " (these problems play multi-turn episodes)") + "; remove it")
+        if self.dist.world_size > 1:
+            raise InvalidValueError("async_generation.max_staleness: asynchronous generation runs in one process, and "
+                                    "this run has several ranks; remove it")
         threads = section.worker_threads or (torch.get_num_threads() if section.max_staleness == 0
                                              else max(1, (os.cpu_count() or 2) // 2))
         if self.dist.is_main:
             print(f"async generation: max_staleness {section.max_staleness}, a generator process with {threads} "
                   f"thread(s) beside the trainer's {torch.get_num_threads()}", flush=True)
+        runner = self.episodes
+        episodes = None if runner is None else {  # the worker plays them: its own runner with these settings
+            "environments": runner.environments, "default": runner.default, "max_turns": runner.max_turns,
+            "max_episode_tokens": runner.max_episode_tokens, "workers": runner.workers,
+            "messages": config.environment.messages, "eos_ids": stop_token_ids(config.model.path, self.tokenizer)}
         return ProcessEngine(config.model.path, self.tokenizer, dtype=config.model.dtype, threads=threads,
-                             max_batch_size=config.engine.max_batch_size, timeout_s=section.timeout_s)
+                             max_batch_size=config.engine.max_batch_size, timeout_s=section.timeout_s,
+                             episodes=episodes)
 
     def restore(self, states: dict[str, Any], *, models: dict[str, Any]) -> int:
         """The recipe's ``states`` and ``models`` plus the run's own (data position, alarms, reward-model

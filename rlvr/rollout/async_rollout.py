@@ -30,6 +30,7 @@ import torch
 
 from rlvr.engines.base import Completion, SamplingParams
 from rlvr.engines.process import ProcessEngine
+from rlvr.rollout.episodes import EpisodeRecord
 from rlvr.tasks.base import Problem
 
 
@@ -58,12 +59,14 @@ class AsyncRollouts:
         num_prompts, group_size, sampling: what each step generates.
         max_staleness: S.
         seed: the run's seed (S >= 1 seeds each step's generation from it).
+        episodes: the worker plays the problems as multi-turn episodes (``encode.template_of`` gives
+            each prompt's chat template, for the environment's messages).
     """
 
     def __init__(self, engine: ProcessEngine, *, draw: Callable[[int], list[tuple[str, Problem]]],
                  encode: Callable[[Problem], list[int]], suites: dict[str, Sequence[Problem]], num_prompts: int,
-                 group_size: int, sampling: SamplingParams, max_staleness: int, seed: int):
-        self.engine, self.draw, self.encode, self.suites = engine, draw, encode, suites
+                 group_size: int, sampling: SamplingParams, max_staleness: int, seed: int, episodes: bool = False):
+        self.engine, self.draw, self.encode, self.suites, self.episodes = engine, draw, encode, suites, episodes
         self._position = {id(p): k for problems in suites.values() for k, p in enumerate(problems)}
         self.num_prompts, self.group_size, self.sampling = num_prompts, group_size, sampling
         self.max_staleness, self.seed = max_staleness, seed
@@ -86,9 +89,11 @@ class AsyncRollouts:
         drawn = self.draw(self.num_prompts)
         prompt_ids = [self.encode(problem) for _, problem in drawn]
         exact = self.max_staleness == 0  # continue the trainer's RNG stream, as the synchronous loop does
+        problems = [problem for _, problem in drawn] if self.episodes else None
         ticket = self.engine.submit(prompt_ids, self.group_size, self.sampling,
                                     rng=torch.get_rng_state() if exact else None,
-                                    seed=None if exact else _step_seed(self.seed, step))
+                                    seed=None if exact else _step_seed(self.seed, step), problems=problems,
+                                    templates=[self.encode.template_of(p) for p in problems] if problems else None)
         self._in_flight[step] = (drawn, prompt_ids, ticket, now, self.engine.publications)
 
     def _receive(self, step: int) -> Sampled:
@@ -120,9 +125,14 @@ class AsyncRollouts:
         self._ready = {int(step): Sampled(drawn=[(name, self.suites[name][k]) for name, k in saved["drawn"]],
                                           prompt_ids=saved["prompt_ids"], submitted_at=saved["submitted_at"],
                                           info=saved["info"],
-                                          completions=[[Completion(**c) for c in group]
+                                          completions=[[_completion(c) for c in group]
                                                        for group in saved["completions"]])
                        for step, saved in state["ready"].items()}
+
+
+def _completion(saved: dict[str, Any]) -> Completion:
+    episode = saved.get("episode")
+    return Completion(**{**saved, "episode": EpisodeRecord(**episode) if episode is not None else None})
 
 
 def _step_seed(seed: int, step: int) -> int:
