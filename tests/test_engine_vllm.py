@@ -285,6 +285,62 @@ def test_rlvr_eval_with_the_vllm_engine_agrees_with_hf_on_greedy_decoding(vllm_m
     assert summaries["vllm"]["accuracy"] == summaries["hf"]["accuracy"]  # same model, same argmax tokens
 
 
+def test_multi_turn_episodes_run_the_same_on_the_vllm_engine(vllm_model, tmp_path):
+    """Greedy episodes continued from their own ids: vLLM and the HF engine sample the same turns; and a
+    short GRPO run plays its episodes on vLLM."""
+    from rlvr.config import RunConfig, build_config
+    from rlvr.recipes import train
+    from rlvr.rollout.env_tokens import TextMessages
+    from rlvr.rollout.episodes import EpisodeRunner
+    from rlvr.tasks import Problem
+    from rlvr.tasks.environments import EnvStep, register_environment
+
+    @register_environment("test_again", overwrite=True)
+    class Again:  # answers the first two turns of every episode, whatever the model wrote
+        name = "test_again"
+
+        def episode(self, problem):
+            turns = []
+
+            class Episode:
+                def step(self, text):
+                    turns.append(text)
+                    return EnvStep(messages=[{"role": "user", "content": "again"}] if len(turns) < 3 else [])
+
+            return Episode()
+
+    # an engine of its own: closing the training runs' engines tears down the module's shared one's state
+    policy, tokenizer = load_policy(vllm_model), load_tokenizer(vllm_model)
+    engine = build_engine("vllm", policy, tokenizer, max_batch_size=64)
+    text = TextMessages(tokenizer)
+    runner = EpisodeRunner(lambda problem: text, {"test_again": Again()}, max_turns=4, max_episode_tokens=40)
+    problems = [Problem(id=str(k), prompt=[{"role": "user", "content": f"{k}+{k}="}], reference={"answer": str(2 * k)},
+                        verifier="numeric", environment="test_again") for k in range(4)]
+    prompts = _prompts(tokenizer, [p.prompt[0]["content"] for p in problems])
+    greedy = SamplingParams(max_new_tokens=4, greedy=True)
+    try:
+        by_engine = {name: runner.generate(e, problems, prompts, 1, greedy) for name, e in
+                     (("hf", HFEngine(policy, tokenizer)), ("vllm", engine))}
+    finally:
+        engine.close()
+    for hf, vllm in zip(by_engine["hf"], by_engine["vllm"]):
+        assert vllm[0].token_ids == hf[0].token_ids and vllm[0].loss_mask == hf[0].loss_mask
+        assert vllm[0].episode.turns == hf[0].episode.turns and hf[0].episode.turns > 1
+
+    summary = train(build_config(RunConfig, {
+        "out": str(tmp_path / "run"), "model": {"path": str(vllm_model)},
+        "data": [{"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}}],
+        "environment": {"name": "test_again", "messages": "text", "max_turns": 3, "max_episode_tokens": 24},
+        "engine": {"name": "vllm"}, "generation": {"max_new_tokens": 4},
+        "train": {"steps": 2, "prompts_per_step": 4, "group_size": 4}, "optim": {"lr": 1e-3},
+        "eval": {"every": 0, "at_start": False, "limit": 8}, "log": {"progress": False, "plot_every": 0},
+    }))
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["step"] > 0]
+    assert summary["steps"] == 2 and all(r["env/turns"] > 1 and r["env/masked_frac"] > 0 for r in steps)
+    assert all(r["sync/canary_max_abs_diff"] < 1e-4 for r in steps)
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_two_ranks_under_torchrun_each_run_their_own_vllm_engine(vllm_model, tmp_path, strategy):
     """Each rank's in-process engine joins the trainer's process group as external data parallel
@@ -314,53 +370,3 @@ def test_tensor_parallel_engines_are_refused_under_several_ranks(full, monkeypat
     with pytest.raises(ValueError, match="tensor_parallel_size must be 1 under torchrun"):
         build_engine("vllm", policy, tokenizer, tensor_parallel_size=2)
 
-
-def test_multi_turn_episodes_run_the_same_on_the_vllm_engine(full, vllm_model, tmp_path):
-    """Greedy episodes continued from their own ids: vLLM and the HF engine sample the same turns; and a
-    short GRPO run plays its episodes on vLLM."""
-    from rlvr.config import RunConfig, build_config
-    from rlvr.recipes import train
-    from rlvr.rollout.env_tokens import TextMessages
-    from rlvr.rollout.episodes import EpisodeRunner
-    from rlvr.tasks import Problem
-    from rlvr.tasks.environments import EnvStep, register_environment
-
-    @register_environment("test_again", overwrite=True)
-    class Again:  # answers the first two turns of every episode, whatever the model wrote
-        name = "test_again"
-
-        def episode(self, problem):
-            turns = []
-
-            class Episode:
-                def step(self, text):
-                    turns.append(text)
-                    return EnvStep(messages=[{"role": "user", "content": "again"}] if len(turns) < 3 else [])
-
-            return Episode()
-
-    policy, tokenizer, engine = full
-    text = TextMessages(tokenizer)
-    runner = EpisodeRunner(lambda problem: text, {"test_again": Again()}, max_turns=4, max_episode_tokens=40)
-    problems = [Problem(id=str(k), prompt=[{"role": "user", "content": f"{k}+{k}="}], reference={"answer": str(2 * k)},
-                        verifier="numeric", environment="test_again") for k in range(4)]
-    prompts = _prompts(tokenizer, [p.prompt[0]["content"] for p in problems])
-    greedy = SamplingParams(max_new_tokens=4, greedy=True)
-    by_engine = {name: runner.generate(e, problems, prompts, 1, greedy) for name, e in
-                 (("hf", HFEngine(policy, tokenizer)), ("vllm", engine))}
-    for hf, vllm in zip(by_engine["hf"], by_engine["vllm"]):
-        assert vllm[0].token_ids == hf[0].token_ids and vllm[0].loss_mask == hf[0].loss_mask
-        assert vllm[0].episode.turns == hf[0].episode.turns and hf[0].episode.turns > 1
-
-    summary = train(build_config(RunConfig, {
-        "out": str(tmp_path / "run"), "model": {"path": str(vllm_model)},
-        "data": [{"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}}],
-        "environment": {"name": "test_again", "messages": "text", "max_turns": 3, "max_episode_tokens": 24},
-        "engine": {"name": "vllm"}, "generation": {"max_new_tokens": 4},
-        "train": {"steps": 2, "prompts_per_step": 4, "group_size": 4}, "optim": {"lr": 1e-3},
-        "eval": {"every": 0, "at_start": False, "limit": 8}, "log": {"progress": False, "plot_every": 0},
-    }))
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in records if r["step"] > 0]
-    assert summary["steps"] == 2 and all(r["env/turns"] > 1 and r["env/masked_frac"] > 0 for r in steps)
-    assert all(r["sync/canary_max_abs_diff"] < 1e-4 for r in steps)
