@@ -192,3 +192,22 @@ def test_a_resumed_async_run_trains_on_the_samples_the_uninterrupted_run_did(tau
 def test_what_async_generation_does_not_take_is_refused_by_name(tmp_path, override, message):
     with pytest.raises(Exception, match=message):
         _config("m", tmp_path, "async_generation.max_staleness=1", override)
+
+
+def test_a_damaged_publication_is_caught_by_the_deferred_canary(taught_model, tmp_path, monkeypatch):
+    """At S >= 1 the canary is queued behind the weights and checked at the next push: the trainer never
+    waits for the generator's queue, and a publication that arrived wrong still stops the run."""
+    from rlvr.engines.weight_sync import StaleEngineError
+
+    publish = ProcessEngine.update_weights
+
+    def damage(self, named):
+        if self.publications == 1:  # the first update's weights arrive damaged
+            named = [(n, t + 0.5 if n.endswith("layers.0.mlp.down_proj.weight") else t) for n, t in named]
+        return publish(self, named)
+
+    monkeypatch.setattr(ProcessEngine, "update_weights", damage)
+    with pytest.raises(StaleEngineError, match="stale or wrong weights"):
+        grpo.train(_config(taught_model, tmp_path, "async_generation.max_staleness=1"))
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1]  # caught at step 2's push, before training on its samples

@@ -60,9 +60,11 @@ class EngineSync:
     """
 
     def __init__(self, engine, policy, tokenizer, *, dtype: str = "float32", tolerance: float | None = None,
-                 canary: bool = True, prompt_tokens: int = 160, new_tokens: int = 8, max_len: int | None = None):
-        self.engine, self.policy = engine, policy
-        self.canary = canary
+                 canary: bool = True, prompt_tokens: int = 160, new_tokens: int = 8, max_len: int | None = None,
+                 deferred: bool = False):
+        self.engine, self.policy, self.tokenizer = engine, policy, tokenizer
+        self.canary, self.deferred = canary, deferred
+        self._pending = None  # deferred: (ticket, trainer's tokens, trainer's log-probs) of the last publication
         self.tolerance = CANARY_TOLERANCE.get(dtype, 0.5) if tolerance is None else tolerance
         self.dtype = dtype
         if max_len is not None:
@@ -80,17 +82,48 @@ class EngineSync:
         lora = "adapter" if self.engine.weight_sync == "adapter" else "merge"
         self.engine.update_weights(iter_inference_weights(self.policy, lora=lora))
         metrics = {"sync/seconds": time.perf_counter() - start}
-        if self.canary:
+        if self.canary and self.deferred:
+            metrics.update(self.settle())
+            self._pending = self._submit_canary()
+        elif self.canary:
             metrics["sync/canary_max_abs_diff"] = self.check()
         return metrics
+
+    def _submit_canary(self):
+        """Queue the canary behind the weights (an engine with ``submit``) and take the trainer's side now,
+        while it still holds the weights just published: its greedy tokens and their log-probabilities."""
+        from rlvr.engines.hf import HFEngine
+
+        sampling = SamplingParams(max_new_tokens=self.new_tokens, greedy=True)
+        ticket = self.engine.submit([self.prompt], 1, sampling)
+        tokens = list(HFEngine(self.policy, self.tokenizer).generate([self.prompt], 1, sampling)[0][0].token_ids)
+        return ticket, tokens, self._trainer_logprobs(tokens)
+
+    def settle(self) -> dict[str, float]:
+        """Check the canary of the last publication (deferred mode: ``push`` queues it behind the weights
+        and the next push, or an evaluation, checks it, so the trainer never waits for the engine's
+        queue); ``sync/canary_max_abs_diff``, or nothing when none is pending."""
+        if self._pending is None:
+            return {}
+        ticket, tokens, trainer_logp = self._pending
+        self._pending = None
+        completion = self.engine.result(ticket)[0][0][0]
+        if list(completion.token_ids) != tokens:
+            raise StaleEngineError("the engine is serving stale or wrong weights: its greedy continuation of the sync "
+                                   "canary differs from the trainer's for the same published weights. Stopping.")
+        engine_logp = torch.tensor(completion.logprobs, dtype=torch.float64)
+        return {"sync/canary_max_abs_diff": self._compare(tokens, engine_logp, trainer_logp)}
 
     def check(self) -> float:
         """Run the canary; the max |engine - trainer| log-prob, or :class:`StaleEngineError`."""
         sampling = SamplingParams(max_new_tokens=self.new_tokens, greedy=True)
         completion = self.engine.generate([self.prompt], 1, sampling)[0][0]
         tokens = list(completion.token_ids)
-        engine_logp = torch.tensor(completion.logprobs, dtype=torch.float64)
-        trainer_logp = self._trainer_logprobs(tokens)
+        return self._compare(tokens, torch.tensor(completion.logprobs, dtype=torch.float64),
+                             self._trainer_logprobs(tokens))
+
+    def _compare(self, tokens: list[int], engine_logp: torch.Tensor, trainer_logp: torch.Tensor) -> float:
+        """The max |engine - trainer| canary log-prob, or :class:`StaleEngineError` (module docstring)."""
         diff = float((engine_logp - trainer_logp).abs().max())
         if not diff <= self.tolerance:  # also catches NaN
             raise StaleEngineError(
@@ -130,12 +163,14 @@ def canary_prompt(tokenizer, length: int) -> list[int]:
     return (ids * (length // len(ids) + 1))[:length]
 
 
-def start_engine(engine_config, policy, tokenizer, *, dtype: str, context: int | None, copy=None, built=None):
+def start_engine(engine_config, policy, tokenizer, *, dtype: str, context: int | None, copy=None, built=None,
+                 deferred: bool = False):
     """``(engine, sync)``: the engine of ``engine_config`` (an ``EngineConfig``), given the policy's
     weights and checked by the canary once. ``copy``: a whole model the HF engine generates from
     instead of the policy module (a sharded policy's :func:`rlvr.modeling.loading.generation_copy`),
     sent the policy's weights after every update. ``built``: an engine made already (the generator
-    process of asynchronous generation), taken as it is."""
+    process of asynchronous generation), taken as it is; ``deferred``: its canary is checked at the
+    next push (:meth:`EngineSync.settle`), not waited for."""
     from rlvr.engines import build_engine
 
     own = {"weight_sync": "merged"} if copy is not None else {}
@@ -143,7 +178,7 @@ def start_engine(engine_config, policy, tokenizer, *, dtype: str, context: int |
         engine_config.name, policy if copy is None else copy, tokenizer, max_batch_size=engine_config.max_batch_size,
         **engine_config.options, **own)
     sync = EngineSync(engine, policy, tokenizer, dtype=dtype, tolerance=engine_config.canary_tolerance,
-                      canary=engine_config.canary, max_len=context)
+                      canary=engine_config.canary, max_len=context, deferred=deferred)
     try:
         sync.push()  # a resumed or LoRA policy differs from the folder the engine loaded
     except BaseException:

@@ -119,7 +119,8 @@ class RLRun(Run):
                                        top_k=gen.top_k)
         worker = self._generator_process()  # asynchronous generation: the HF engine in a process of its own
         self.engine, self.sync = start_engine(config.engine, self.policy, self.tokenizer, dtype=config.model.dtype,
-                                              context=context, copy=copy, built=worker)
+                                              context=context, copy=copy, built=worker,
+                                              deferred=bool(config.async_generation.max_staleness))
         self.cleanup(lambda: call_optional(self.engine, "close"))
         self.async_rollouts = None if worker is None else AsyncRollouts(
             worker, draw=self.sampler.next, encode=self.encode, suites=self.suites,
@@ -284,6 +285,7 @@ class RLRun(Run):
     def finish(self, *, save_final: Callable, models: tuple) -> dict[str, Any]:
         """``summary.json``: accuracy before (step 0) and after (the last evaluation), the alarms, and which
         step's policy ``final/`` holds when a stop alarm brought back the best one."""
+        self.sync.settle()  # asynchronous generation: the last publication's canary, checked before the end
         summary = run_summary(self.config, self.evaluations, self.alarms)
         if self.stopped and self.best_policy is not None and self.best_policy.step is not None:
             summary["final_policy_step"] = self.best_policy.step
