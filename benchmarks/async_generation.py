@@ -1,7 +1,8 @@
 """The quickstart's GRPO stage, synchronous and with asynchronous generation at S = 1 and 2.
 
     python benchmarks/async_generation.py [--steps 400] [--rounds 2] [--staleness 1,2] [--out DIR]
-                                          [--trainer-threads N] [--worker-threads N]
+                                          [--trainer-threads N] [--worker-threads N] [--set KEY=VALUE ...]
+                                          [--sft FOLDER]
 
 One SFT warm start (the quickstart's, seed 0) is trained by the packaged quickstart config for
 ``--steps`` steps, once synchronously and once per staleness, each in its own process, in alternating
@@ -31,10 +32,11 @@ WARMUP = 5
 
 
 def run_one(sft: Path, out: Path, steps: int, staleness: int | None, trainer_threads: int | None,
-            worker_threads: int | None) -> dict:
+            worker_threads: int | None, extra: list[str] = ()) -> dict:
     """One GRPO run in its own process; its metrics, summarised."""
     overrides = [f"out={out}", f"model.path={sft}", f"train.steps={steps}", "eval.every=50", "checkpoint.every=0",
-                 "checkpoint.at_end=false", "checkpoint.final_model=false", "log.progress=false", "log.plot=false"]
+                 "checkpoint.at_end=false", "checkpoint.final_model=false", "log.progress=false", "log.plot=false",
+                 *extra]
     if trainer_threads:
         overrides.append(f"train.threads={trainer_threads}")
     if staleness is not None:
@@ -74,17 +76,21 @@ def main() -> None:
     parser.add_argument("--trainer-threads", type=int, default=None, help="train.threads of every run (default auto)")
     parser.add_argument("--worker-threads", type=int, default=None, help="async_generation.worker_threads")
     parser.add_argument("--out", default=None, help="folder for the runs (default: a temporary one)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override of every run's config (repeatable), e.g. algorithm.off_policy=decoupled")
+    parser.add_argument("--sft", default=None, help="an SFT warm start to reuse (default: build the quickstart's)")
     args = parser.parse_args()
     from benchmarks.vs_trl import build_sft_model
 
     root = Path(args.out or tempfile.mkdtemp(prefix="rlvr-async-"))
-    sft = build_sft_model(root, seed=0, layers=2, threads=args.trainer_threads or 2)
+    sft = Path(args.sft) if args.sft else build_sft_model(root, seed=0, layers=2, threads=args.trainer_threads or 2)
     settings: list[int | None] = [None, *(int(s) for s in args.staleness.split(","))]
     results: dict = {s: [] for s in settings}
     for round_ in range(args.rounds):
         for s in settings:
             name = "sync" if s is None else f"S{s}"
-            result = run_one(sft, root / f"{name}_r{round_}", args.steps, s, args.trainer_threads, args.worker_threads)
+            result = run_one(sft, root / f"{name}_r{round_}", args.steps, s, args.trainer_threads, args.worker_threads,
+                             args.set)
             results[s].append(result)
             print(f"  round {round_ + 1} {name}: {result['step_s']:.3f} s/step, accuracy {result['start']:.3f} -> "
                   f"{result['accuracy']:.3f}", flush=True)

@@ -177,8 +177,11 @@ def start_engine(engine_config, policy, tokenizer, *, dtype: str, context: int |
     engine = built if built is not None else build_engine(
         engine_config.name, policy if copy is None else copy, tokenizer, max_batch_size=engine_config.max_batch_size,
         **engine_config.options, **own)
+    # a process engine shares no prefix cache to fill: a short canary proves its weights as well, at a
+    # fraction of the trainer's side of the check (which, at a 0.1 s step, is not negligible)
+    size = {"prompt_tokens": 32, "new_tokens": 4} if built is not None else {}
     sync = EngineSync(engine, policy, tokenizer, dtype=dtype, tolerance=engine_config.canary_tolerance,
-                      canary=engine_config.canary, max_len=context, deferred=deferred)
+                      canary=engine_config.canary, max_len=context, deferred=deferred, **size)
     try:
         sync.push()  # a resumed or LoRA policy differs from the folder the engine loaded
     except BaseException:

@@ -152,6 +152,10 @@ class RLRun(Run):
         if self.dist.is_main:
             print(f"async generation: max_staleness {section.max_staleness}, a generator process with {threads} "
                   f"thread(s) beside the trainer's {torch.get_num_threads()}", flush=True)
+            if section.max_staleness > 0 and config.algorithm.off_policy == "none" and config.algorithm.tis_cap is None:
+                print("warning: async generation trains on samples of an older policy without an off-policy "
+                      "correction; algorithm.off_policy: decoupled recovered most of what staleness 1 cost the "
+                      "quickstart (docs/async-generation.md)", flush=True)
         runner = self.episodes
         episodes = None if runner is None else {  # the worker plays them: its own runner with these settings
             "environments": runner.environments, "default": runner.default, "max_turns": runner.max_turns,
