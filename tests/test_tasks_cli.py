@@ -36,7 +36,10 @@ def test_list_shows_sizes_and_verifiers(data_dir, capsys):
     out = capsys.readouterr().out
     table, environments = out.split("\n\n", 1)
     rows = {line.split()[0]: line for line in table.splitlines()[1:]}
-    assert "environments" in environments and "python, tools" in environments
+    # other test modules register environments of their own at import, so check membership, not the whole line
+    assert environments.startswith("environments")
+    listed = environments.split(":", 1)[1].strip().split(", ")
+    assert {"python", "tools"} <= set(listed)
     assert "numeric" in rows["tool_arithmetic"] and "train 10,000, dev 500, test 500" in rows["tool_arithmetic"]
     assert "math" in rows["gsm8k"] and "train 7,473, test 1,319" in rows["gsm8k"]
     assert "code" in rows["humaneval"] and "test 164" in rows["humaneval"]
