@@ -157,7 +157,7 @@ def test_a_verifier_that_always_raises_stops_the_run_with_its_error(taught_model
     assert code == 2
     assert "Traceback" in out and "RuntimeError: the reference has no 'needle'" in out  # the first one, once
     assert out.count("Traceback") == 1
-    assert ("verifier 'test_always_raises' failed on 4 of 4 samples at step 1, more than verifier.max_error_frac=0.5: "
+    assert ("verifier 'test_always_raises' failed on 4 of 4 samples at step 1 (100%), more than verifier.max_error_frac=0.5: "
             "RuntimeError: the reference has no 'needle'") in err
 
 

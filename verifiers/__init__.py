@@ -7,7 +7,7 @@ Imports without torch, so reward work can run in cheap worker processes.
     get_verifier("math").score("... so the answer is \\boxed{42}", {"answer": "42"}).score  # 1.0
 
 Built-ins: ``numeric``, ``math``, ``format``, ``length``, ``repetition``, ``compose``, ``trl``,
-``code``, ``countdown``, ``reasoning_gym``
+``code``, ``countdown``, ``reasoning_gym``, ``judge``
 (see docs/verifiers.md). Batches are scored through :class:`verifiers.runner.VerifierRunner`
 (worker processes with a hard per-item deadline, a cache, metrics).
 """
@@ -25,6 +25,7 @@ from rlvr.verifiers import shaping as _shaping  # noqa: E402,F401
 from rlvr.verifiers import compose as _compose  # noqa: E402,F401
 from rlvr.verifiers import trl as _trl  # noqa: E402,F401
 from rlvr.verifiers import reasoning_gym as _reasoning_gym  # noqa: E402,F401
+from rlvr.verifiers import judge as _judge  # noqa: E402,F401
 
 from rlvr.verifiers.trl import from_trl, register_trl_reward  # noqa: E402
 

@@ -179,6 +179,12 @@ class Verifier:
     #: sympy, no user-given regex, no code): the runner scores them in the calling process, sparing
     #: the worker round trip (about 1 ms a batch), and so without a deadline.
     in_process: ClassVar[bool] = False
+    #: True for verifiers that score a whole batch at once, ``score_batch(completions, references,
+    #: contexts) -> list[Reward]`` (``contexts``: one dict of the :data:`CONTEXT_FIELDS` ``score``
+    #: takes, per item): model graders that send a batch to a server or a device together. The runner
+    #: calls it in the calling process, once per batch; the verifier bounds its own calls (deadlines,
+    #: retries), since no worker deadline applies there. ``score`` must still score one item.
+    batched: ClassVar[bool] = False
 
     def score(self, completion: str, reference: dict) -> Reward:  # pragma: no cover - interface
         raise NotImplementedError

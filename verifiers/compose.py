@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
-from rlvr.verifiers.base import Reward, Verifier, coerce_reward, error_reward, score_sample
+from rlvr.verifiers.base import Reward, Verifier, coerce_reward, context_fields, error_reward, score_sample
 from rlvr.verifiers.registry import get_verifier, register_verifier
 
 PART_KEYS = ("name", "options", "weight", "gate", "min_score", "key")
@@ -102,6 +102,9 @@ class ComposeVerifier(Verifier):
         self.parts = build_parts(parts, mode)
         self.cacheable = all(getattr(p.impl, "cacheable", True) for p in self.parts)
         self.in_process = all(getattr(p.impl, "in_process", False) for p in self.parts)
+        # a part that scores batches (a judge) makes the composite one: scored in the calling process, a
+        # batch at a time (its rule-based parts then run there too, without a worker's deadline)
+        self.batched = any(getattr(p.impl, "batched", False) for p in self.parts)
 
     def audit_cases(self) -> list[dict]:
         """The final-answer golden set; wrapped in the think/answer template when a ``format`` part
@@ -117,17 +120,41 @@ class ComposeVerifier(Verifier):
 
     def score(self, completion: str, reference: dict, **context: object) -> Reward:
         """Each part sees the context fields (prompt, finish reason) its own ``score`` takes."""
+        return self.score_batch([completion], [reference], [context])[0]
+
+    def score_batch(self, completions: Sequence[str], references: Sequence[dict],
+                    contexts: Sequence[dict] | None = None) -> list[Reward]:
+        """The composite rewards of a batch. A batched part (a ``judge``) gets the batch in one call, less
+        the items an earlier gate already failed: "ask the judge only where the format check passes"
+        costs nothing for the rest. (The runner calls this only when a part is batched; otherwise
+        :meth:`score` runs item by item in its workers.)"""
         start = time.perf_counter()
+        n = len(completions)
+        contexts = list(contexts) if contexts is not None else [{} for _ in range(n)]
+        rewards: list[list[Reward | None]] = [[None] * len(self.parts) for _ in range(n)]
+        gate_failed = [False] * n
+        for k, part in enumerate(self.parts):
+            batched = getattr(part.impl, "batched", False)
+            todo = [i for i in range(n) if not (batched and not part.gate and gate_failed[i])]
+            for i, r in zip(todo, _score_part(part, [completions[i] for i in todo], [references[i] for i in todo],
+                                              [contexts[i] for i in todo], batched)):
+                rewards[i][k] = r
+                if part.gate and (r.status != "ok" or r.score < part.min_score):
+                    gate_failed[i] = True
+        latency = (time.perf_counter() - start) / max(1, n)
+        return [self._combine(row, latency) for row in rewards]
+
+    def _combine(self, rewards: list[Reward | None], latency: float) -> Reward:
+        """One item's reward from its parts' (None: a batched part skipped behind a failed gate)."""
         components: dict[str, float] = {}
         details: dict[str, dict] = {}
         failure: Reward | None = None
         counted: list[tuple[Part, Reward]] = []
         gate_ok = True
-        for part in self.parts:
-            try:
-                r = coerce_reward(score_sample(part.impl, completion, reference, context))
-            except Exception as exc:
-                r = error_reward(exc)
+        for part, r in zip(self.parts, rewards):
+            if r is None:
+                details[part.key] = {"status": "skipped", "reason": "an earlier gate failed"}
+                continue
             details[part.key] = {"status": r.status, "score": r.score, **_brief(r.info)}
             if r.status == "ok":
                 components[part.key] = r.score
@@ -146,7 +173,6 @@ class ComposeVerifier(Verifier):
             components["gate"] = float(gate_ok)
         info: dict = {"extracted": next((d.get("extracted") for d in details.values() if d.get("extracted") is not None),
                                         None), "parts": details}
-        latency = time.perf_counter() - start
         if failure is not None:
             info["error"] = f"a part failed: {failure.info.get('error', failure.status)}"
             return Reward(0.0, status=failure.status, components=components, latency_s=latency, info=info)
@@ -161,6 +187,26 @@ class ComposeVerifier(Verifier):
         else:
             total = sum(p.weight * r.score for p, r in counted)
         return Reward(total, components=components, latency_s=latency, info=info)
+
+
+def _score_part(part: Part, completions: list[str], references: list[dict], contexts: list[dict],
+                batched: bool) -> list[Reward]:
+    """One part's rewards for the items given (a batched part in one call; an exception is an error)."""
+    if batched:
+        wanted = context_fields(part.impl)
+        try:
+            values = part.impl.score_batch(completions, references,
+                                           [{k: v for k, v in x.items() if k in wanted} for x in contexts])
+            return [coerce_reward(v) for v in values]
+        except Exception as exc:
+            return [error_reward(exc) for _ in completions]
+    out = []
+    for completion, reference, context in zip(completions, references, contexts):
+        try:
+            out.append(coerce_reward(score_sample(part.impl, completion, reference, context)))
+        except Exception as exc:
+            out.append(error_reward(exc))
+    return out
 
 
 def _brief(info: dict) -> dict:

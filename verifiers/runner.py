@@ -5,7 +5,8 @@
 * **a hard per-item deadline** (``workers > 0``): items are scored in a pool of worker processes
   (:mod:`verifiers.pool`); an item that overruns is killed with its worker, which is replaced, and
   the item gets ``status="timeout"``. No signals are involved, so it behaves the same from any
-  thread. A verifier that declares ``in_process = True`` (``numeric``, ``repetition``, ``length``
+  thread. A verifier that declares ``batched = True`` (``judge``) gets the whole batch at once, in the
+  calling process, and bounds its own calls. A verifier that declares ``in_process = True`` (``numeric``, ``repetition``, ``length``
   in overlong mode: microseconds on any input) is scored in the calling thread anyway. With
   ``workers=0`` items are scored in the calling thread: no process overhead, but **no deadline** —
   a pathological answer can stall the caller. Use it only for cheap verifiers you trust
@@ -185,6 +186,8 @@ class VerifierRunner:
     def _compute(self, spec: str, impl: Any, work: list[tuple[int, str, dict, dict]]) -> dict[int, Reward]:
         if not work:
             return {}
+        if getattr(impl, "batched", False):
+            return _score_batch_here(impl, work)
         if self.workers == 0 or spec in self._in_process or getattr(impl, "in_process", False):
             return {i: _score_here(impl, c, r, x) for i, c, r, x in work}
         blob = self._blob(spec, impl)
@@ -283,6 +286,22 @@ def _score_here(impl: Any, completion: str, reference: dict, context: dict | Non
     if not reward.latency_s:
         reward.latency_s = time.perf_counter() - start
     return reward
+
+
+def _score_batch_here(impl: Any, work: list[tuple[int, str, dict, dict]]) -> dict[int, Reward]:
+    """A batched verifier's rewards for ``work``, in one call (an exception is every item's error)."""
+    start = time.perf_counter()
+    try:
+        values = impl.score_batch([c for _, c, _, _ in work], [r for _, _, r, _ in work], [x for _, _, _, x in work])
+        if len(values) != len(work):
+            raise RuntimeError(f"score_batch returned {len(values)} rewards for {len(work)} items")
+        rewards = [coerce_reward(v) for v in values]
+    except Exception as exc:  # a broken verifier must not kill training
+        rewards = [error_reward(exc) for _ in work]
+    share = (time.perf_counter() - start) / len(work)
+    for reward in rewards:
+        reward.latency_s = reward.latency_s or share
+    return {i: reward for (i, _, _, _), reward in zip(work, rewards)}
 
 
 def _from_tuple(t: tuple) -> Reward:

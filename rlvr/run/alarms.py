@@ -234,7 +234,8 @@ class VerifierErrors:
         if errors and frac > self.max_frac:
             first = rewards[errors[0]]
             raise VerifierFailure(
-                f"verifier {verifier_of(errors[0])!r} failed on {len(errors)} of {len(rewards)} samples at step {step}, "
-                f"more than verifier.max_error_frac={self.max_frac:g}: {first.info.get('error', '(no details)')}. Fix the "
+                f"verifier {verifier_of(errors[0])!r} failed on {len(errors)} of {len(rewards)} samples at step {step} "
+                f"({frac:.0%}), more than verifier.max_error_frac={self.max_frac:g}: "
+                f"{' '.join(str(first.info.get('error', '(no details)')).split())}. Fix the "
                 "verifier or its reference data (`rlvr verify` reproduces it offline), or raise verifier.max_error_frac")
         return frac
