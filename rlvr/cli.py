@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "rlvr.commands.sft",
     "rlvr.commands.preferences",
     "rlvr.commands.train_rm",
+    "rlvr.commands.train_prm",
     "rlvr.commands.dpo",
     "rlvr.commands.eval",
     "rlvr.commands.tasks",

@@ -10,6 +10,7 @@ from rlvr.tasks.registry import TASKS, get_task, list_tasks, register_task
 
 # Built-in suites register themselves on import.
 from rlvr.tasks import arithmetic as _arithmetic  # noqa: E402,F401
+from rlvr.tasks import chain_arithmetic as _chain_arithmetic  # noqa: E402,F401
 from rlvr.tasks import countdown as _countdown  # noqa: E402,F401
 from rlvr.tasks import math_suites as _math_suites  # noqa: E402,F401
 from rlvr.tasks import code_suites as _code_suites  # noqa: E402,F401

@@ -131,10 +131,11 @@ def test_missing_and_malformed_files(tmp_path):
 @pytest.mark.parametrize("name", packaged_names())
 def test_packaged_example_configs_validate(name):
     raw = load_packaged(name)
-    from rlvr.config import DPOConfig, RewardModelConfig
+    from rlvr.config import DPOConfig, PRMConfig, RewardModelConfig
 
     rl = "grpo" in name or "ppo" in name  # arithmetic_grpo_rm.yaml trains a policy against a reward model
-    cls = (SFTConfig if "sft" in name else RunConfig if rl else RewardModelConfig if "_rm" in name
+    cls = (SFTConfig if "sft" in name else RunConfig if rl else PRMConfig if "_prm" in name
+           else RewardModelConfig if "_rm" in name
            else DPOConfig if "dpo" in name else RunConfig)
     config = build_config(cls, raw, ["model.path=some/model"], source=name)
     assert config.model.path == "some/model"

@@ -10,7 +10,6 @@ import time
 import pytest
 import yaml
 
-from rlvr.verifiers.judge import JudgeVerifier
 from rlvr.verifiers.judge_backends import HTTPJudge, JudgeRequest
 from rlvr.verifiers.runner import VerifierRunner
 from tests.judge_server import FakeJudgeServer

@@ -93,3 +93,29 @@ def reinforce_pp_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = 
 
 
 
+
+
+def token_return_advantages(scores: torch.Tensor, dense: torch.Tensor, mask: torch.Tensor,
+                            valid: torch.Tensor | None = None) -> torch.Tensor:
+    """REINFORCE++ with rewards on the way (a PRM's step rewards): each token's return-to-go, z-scored
+    over the batch's real tokens, ``[N, T]``:
+
+        G_t = score + sum_{s >= t} dense_s          (gamma = 1; dense summed over real tokens only)
+        A_t = (G_t - mean_B(G)) / (std_B(G) + eps)  mean and std over the real tokens of valid samples
+
+    A token is credited with the step rewards still ahead of it, so the tokens of a step judged wrong
+    (and the steps before it) carry its penalty and the steps after it do not. With ``dense = 0`` every
+    token of a sample has the same return, the sequence-level estimator weighted by length.
+    ``scores [N]``, ``dense [N, T]``, ``mask [N, T]`` (1 on real response tokens), ``valid [N]``.
+    """
+    real = mask.bool()
+    if valid is not None:
+        real = real & valid.bool().reshape(-1, 1)
+    d = torch.where(mask.bool(), dense.float(), 0.0)
+    to_go = d.flip(1).cumsum(dim=1).flip(1)  # [N, T] sum_{s >= t} dense_s
+    g = scores.float().reshape(-1, 1) + to_go
+    n = real.sum().clamp(min=1)
+    mean = (g * real).sum() / n
+    var = (((g - mean) ** 2) * real).sum() / (n - 1).clamp(min=1)
+    adv = (g - mean) / (var.sqrt() + EPS)
+    return torch.where(real, adv, torch.zeros_like(adv))

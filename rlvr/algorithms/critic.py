@@ -40,11 +40,12 @@ def token_rewards(
     beta: float = 0.0,
     truncated: torch.Tensor | None = None,  # [B] bool, True where generation hit the length limit
     truncation: str = "none",
+    dense: torch.Tensor | None = None,  # [B, T] rewards earned on the way, e.g. a PRM's on each step's last token
 ) -> torch.Tensor:
     """Per-token reward of PPO-RLHF, ``[B, T]``, without gradient:
 
-        r_t = -beta * kl_t                 on every real token
-        r_t = score - beta * kl_t          on the sequence's last real token
+        r_t = dense_t - beta * kl_t                 on every real token (dense = 0 without one)
+        r_t = score + dense_t - beta * kl_t          on the sequence's last real token
 
     Padding gets 0; a row without real tokens is all 0. ``truncation`` says what a truncated row
     (``truncated[b]`` True) earns at its end: ``"none"`` keeps its score, ``"zero"`` gives it no
@@ -63,6 +64,8 @@ def token_rewards(
     last = torch.where(real, positions, -1).max(dim=1).values  # [B], -1 for an empty row
     at_last = positions.unsqueeze(0) == last.unsqueeze(1)  # [B, T], one True per non-empty row
     rewards = torch.where(at_last, score.unsqueeze(1), 0.0)
+    if dense is not None:
+        rewards = rewards + torch.where(real, _float(dense), 0.0)
     if kl is not None and beta != 0.0:
         rewards = rewards - beta * torch.where(real, _float(kl), 0.0)
     return rewards

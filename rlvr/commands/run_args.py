@@ -1,4 +1,4 @@
-"""The arguments every training command takes (``train``, ``sft``, ``train-rm``, ``dpo``) and the config they
+"""The arguments every training command takes (``train``, ``sft``, ``train-rm``, ``train-prm``, ``dpo``) and the config they
 describe: ``CONFIG``, ``key=value`` overrides (anywhere on the line: ``rlvr.cli`` collects the ones after
 a flag), ``--out``, ``--resume [RUN_DIR]`` and ``--overwrite``."""
 

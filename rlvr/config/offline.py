@@ -1,5 +1,6 @@
 """Configs of the recipes that learn from fixed data, not from rollouts: SFT (``rlvr sft``), the
-Bradley-Terry reward model (``rlvr train-rm``) and offline DPO (``rlvr dpo``).
+Bradley-Terry reward model (``rlvr train-rm``), offline DPO (``rlvr dpo``) and the process reward model
+(``rlvr train-prm``).
 
 Built from the same sections as ``RunConfig`` (``rlvr/config/sections.py``) and loaded the same way:
 ``load_config(SFTConfig, path, overrides)``.
@@ -219,4 +220,75 @@ class DPOConfig(Section):
     @model_validator(mode="after")
     def _check(self) -> "DPOConfig":
         _check_preference_run(self)
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# Process reward model (``rlvr train-prm``)
+# ---------------------------------------------------------------------------------------------
+
+
+class PRMDataConfig(Section):
+    """Step-labelled examples, one JSON object a line (TRL's stepwise-supervision format; Math-Shepherd
+    and PRM800K convert to it): ``{"prompt": text or chat messages, "completions": [step, ...],
+    "labels": [true|false, ...]}`` (docs/process-rewards.md)."""
+
+    path: str = Field("", description="JSONL file of step-labelled examples (e.g. written by "
+                      "rlvr.tasks.chain_arithmetic.write_prm_data)")
+    separator: str = Field("\n", description="what joins the steps into the completion text; a step ends at the "
+                           "token that completes the separator after it (the last step: at the completion's EOS). "
+                           "Saved with the model (prm.json): scoring splits completions the same way")
+    limit: Optional[int] = Field(None, ge=1, description="use only the first N examples")
+    eval_fraction: float = Field(0.1, ge=0, lt=1, description="fraction of the prompts held out for evaluation (all "
+                                 "examples of a prompt go to the same side); ignored when eval_path is set")
+    eval_path: Optional[str] = Field(None, description="a separate JSONL file of held-out examples")
+    max_length: Optional[int] = Field(None, ge=2, description="examples longer than this (prompt + completion + EOS, "
+                                      "tokens) are left out and counted; null = the model's context length")
+
+    @field_validator("separator")
+    @classmethod
+    def _separator(cls, value: str) -> str:
+        if not value:
+            raise ValueError("must not be empty: steps are split at it (e.g. '\\n', '\\n\\n' or a tag like ' ки')")
+        return value
+
+
+class PRMTrainConfig(ProcessConfig):
+    epochs: float = Field(1.0, gt=0, description="passes over the training examples (fractions allowed)")
+    batch_size: int = Field(32, ge=1, description="examples (completions, with all their steps) per optimizer step")
+    micro_batch_size: int = Field(32, ge=1, description="examples per forward/backward (memory bound)")
+
+
+class PRMEvalConfig(Section):
+    every: int = Field(0, ge=0, description="held-out step accuracy every N steps (0 = only at start and end)")
+    batch_size: int = Field(64, ge=1, description="examples scored together")
+    threshold: float = Field(0.5, gt=0, lt=1, description="a step is predicted good when p(good) >= this")
+
+
+class PRMConfig(Section):
+    """A process reward model on step-labelled completions (``rlvr train-prm``): a token classifier read at
+    the last token of each step, trained with cross-entropy on the step labels there."""
+
+    out: Optional[str] = Field(None, description="run folder; null = a new runs/prm-<timestamp> (a folder that "
+                               "already holds a run is refused unless --resume or --overwrite)")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="model.path: a causal LM folder (a new head "
+                               "of 2 labels, bad/good, is put on it) or a token-classification folder (1 or 2 labels) "
+                               "with the policy's tokenizer")
+    data: PRMDataConfig = Field(default_factory=PRMDataConfig)
+    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-4))
+    train: PRMTrainConfig = Field(default_factory=PRMTrainConfig)
+    eval: PRMEvalConfig = Field(default_factory=PRMEvalConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> "PRMConfig":
+        if not self.model.path:
+            raise ValueError("model.path: set it to a local Hugging Face model folder (a causal LM, or a token "
+                             "classifier with 1 or 2 labels)")
+        if not self.data.path:
+            raise ValueError("data.path: set it to a JSONL file of {prompt, completions, labels} lines (step-labelled "
+                             "completions, e.g. written by rlvr.tasks.chain_arithmetic.write_prm_data)")
+        if self.train.strategy == "fsdp2":
+            raise ValueError("train.strategy: fsdp2 is not supported by train-prm; use ddp")
         return self

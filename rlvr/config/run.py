@@ -260,6 +260,40 @@ class RewardModelRunConfig(Section):
         return list(self.paths) if self.paths else [self.path]
 
 
+class ProcessRewardRunConfig(Section):
+    """A process reward model (PRM) scores each step of every sample (``rlvr/rollout/process_scoring.py``,
+    docs/process-rewards.md). The verifier's outcome reward stays in the reward; the PRM adds to it."""
+
+    path: str = Field(..., description="a `rlvr train-prm` run's final/ folder, or any token-classification PRM "
+                      "folder (1 or 2 labels) with the policy's tokenizer")
+    separator: Optional[str] = Field(None, description="what ends a step in a completion; null = the separator the "
+                                     "PRM was trained with (its prm.json), else a newline")
+    use: Literal["auto", "token", "aggregate"] = Field(
+        "auto", description="token: each step's reward on its last token, for the estimators that take token "
+        "rewards (PPO's GAE, REINFORCE++'s return-to-go); aggregate: one score per sample (min/last/mean of the "
+        "steps), for the group estimators (grpo, dr_grpo, rloo); auto: token where the estimator takes it, else "
+        "aggregate")
+    aggregate: str = Field("min", description="[aggregate] how step scores become one: min (the weakest step), last, "
+                           "mean, or a plugin's (rlvr.step_aggregations)")
+    combine: Literal["add", "replace"] = Field(
+        "add", description="[aggregate] the reward: the verifier's outcome score + coef * the aggregate (add), or "
+        "coef * the aggregate alone (replace; the verifier then only watches, as gold/)")
+    coef: float = Field(1.0, ge=0, description="weight of the process reward against the outcome reward")
+    step_reward: str = Field(
+        "delta", description="[token] what a step earns, coef times: delta (p_k - p_(k-1), p_0 = baseline: sums to "
+        "p_K - baseline whatever the number of steps; the default), shifted (p_k - baseline on every step: pays for "
+        "fewer steps with baseline 1, more with 0.5), or a plugin's (rlvr.step_rewards)")
+    baseline: float = Field(0.5, description="[token] p_0 of delta, the subtracted value of shifted")
+    batch_size: int = Field(32, ge=1, description="samples scored together")
+    device: Optional[str] = Field(None, description="cpu, cuda, cuda:N; null = the trainer's device")
+    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = Field(None, description="null = model.dtype")
+
+    _known_aggregate = field_validator("aggregate")(
+        lambda cls, v: registered("rlvr.algorithms.process_rewards:AGGREGATIONS", v))
+    _known_step_reward = field_validator("step_reward")(
+        lambda cls, v: registered("rlvr.algorithms.process_rewards:STEP_REWARDS", v))
+
+
 class RunConfig(Section):
     """The RL recipes of ``rlvr train``: critic-free (grpo.py) or actor-critic (ppo.py), by preset."""
 
@@ -278,6 +312,8 @@ class RunConfig(Section):
     critic: CriticConfig = Field(default_factory=CriticConfig, description="the value model (critic presets only)")
     reward_model: Optional[RewardModelRunConfig] = Field(
         None, description="a learned reward model as the training reward (null = the verifier's score)")
+    process_reward: Optional[ProcessRewardRunConfig] = Field(
+        None, description="a process reward model scoring each step, added to the verifier's reward (null = none)")
     optim: OptimConfig = Field(default_factory=OptimConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
@@ -308,11 +344,30 @@ class RunConfig(Section):
                              f"(algorithm.preset is {a.preset!r}, reward_model is "
                              f"{'set' if self.reward_model is not None else 'null'}); remove the key")
         self._check_async()
+        self._check_process_reward()
         if self.environment.name is not None and self.reward_model is not None:
             raise ValueError("environment.name: a learned reward model scores single completions, not multi-turn "
                              "episodes; remove reward_model or environment.name")
         self._check_critic_options()
         return self
+
+    def _check_process_reward(self) -> None:
+        """What a process reward model does not combine with, refused by name."""
+        prm = self.process_reward
+        if prm is None:
+            return
+        critic = self.algorithm.preset in CRITIC_PRESETS
+        others = {"reward_model": self.reward_model is not None, "environment.name": self.environment.name is not None,
+                  "async_generation.max_staleness": self.async_generation.max_staleness is not None,
+                  "algorithm.guidance": self.algorithm.guidance != "none"}
+        for key, bad in others.items():
+            if bad:
+                raise ValueError(f"process_reward: a process reward model is not combined with {key} (set here) yet; "
+                                 "remove one of the two")
+        if prm.use == "token" and not (critic or self.algorithm.advantage == "reinforce_pp"):
+            raise ValueError(f"process_reward.use: token rewards need an estimator that takes them (a critic preset "
+                             f"such as ppo, or advantage reinforce_pp), and algorithm.advantage is "
+                             f"{self.algorithm.advantage!r}, which takes one score per sample; use aggregate (or auto)")
 
     def _check_async(self) -> None:
         """What asynchronous generation does not take yet, refused by name."""

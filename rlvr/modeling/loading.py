@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -223,11 +224,12 @@ class Reference:
                 yield self._policy
 
 
-def save_final_model(model, tokenizer, out: str | Path) -> Path:
+def save_final_model(model, tokenizer, out: str | Path, *, extra_json: dict[str, dict] | None = None) -> Path:
     """Save a standalone Hugging Face folder any later path loads like a hub model. A LoRA policy
     is saved twice: its adapters under ``adapter/`` and a merged copy at the top (merged from a
     deep copy, so the live model keeps its adapters). A sharded model is gathered into a whole copy on
-    rank 0 first: every rank must call this, and rank 0 alone writes."""
+    rank 0 first: every rank must call this, and rank 0 alone writes. ``extra_json``: files written
+    beside the weights (``{"reward_model.json": {"head": "score"}}``)."""
     out = Path(out)
     if is_sharded(model):  # gathered to rank 0 (every rank calls this); the other ranks write nothing
         model = whole_copy(model)
@@ -239,6 +241,8 @@ def save_final_model(model, tokenizer, out: str | Path) -> Path:
     else:
         model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    for name, content in (extra_json or {}).items():
+        (out / name).write_text(json.dumps(content))
     return out
 
 

@@ -26,8 +26,7 @@ from typing import Callable, Sequence
 import torch
 
 from rlvr.modeling.logprobs import collate_completions, completion_logprobs
-from rlvr.modeling.loading import check_model_folder, is_lora, load_policy, load_tokenizer, resolve_dtype
-from rlvr.run.sharding import is_sharded, whole_copy
+from rlvr.modeling.loading import check_model_folder, load_policy, load_tokenizer, resolve_dtype, save_final_model
 
 HEAD_FILE = "reward_model.json"
 
@@ -132,18 +131,6 @@ def load_reward_backbone(config, tokenizer, device: str, adapter_or_weights: Pat
 def save_reward_model(model, tokenizer, out: Path, head: str) -> Path:
     """``out``: a standalone folder (LoRA merged; adapters also under ``adapter/``) + ``reward_model.json``.
     A sharded model is gathered into a whole copy on rank 0 first (every rank calls this)."""
-    import copy
-
-    if is_sharded(model):  # gathered to rank 0 (every rank calls this); the other ranks write nothing
-        model = whole_copy(model)
-        if model is None:
-            return out
-    if is_lora(model):
-        model.save_pretrained(out / "adapter")
-        model = copy.deepcopy(model).merge_and_unload()
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    (out / HEAD_FILE).write_text(json.dumps({"head": head}))
-    return out
+    return save_final_model(model, tokenizer, out, extra_json={HEAD_FILE: {"head": head}})
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr.algorithms.advantages import ADVANTAGE_ESTIMATORS
+from rlvr.algorithms.advantages import ADVANTAGE_ESTIMATORS, token_return_advantages
 from rlvr.algorithms.losses import KL_ESTIMATORS
 from rlvr.config import RunConfig
 from rlvr.modeling.loading import save_final_model
@@ -24,6 +24,7 @@ from rlvr.recipes.rl_run import RLRun
 from rlvr.recipes.update import update_policy
 from rlvr.rollout.batch import collate
 from rlvr.rollout.guidance import guide_with_solutions, policy_logprobs_of_rows, solution_encoder
+from rlvr.rollout.process_scoring import step_reward_tensor
 from rlvr.run.runtime import optimizer_from_config
 
 
@@ -69,7 +70,12 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                 kl_tokens = KL_ESTIMATORS[algo.kl_estimator](batch.old_logp, batch.ref_logp) * batch.response_mask
                 seq_kl = kl_tokens.sum(dim=1).view_as(scores).cpu()
                 scores = scores - algo.beta * seq_kl
-            batch.advantages = ADVANTAGE_ESTIMATORS[algo.advantage](scores, trained_samples.valid).flatten().to(device)
+            if getattr(run.scorer, "token_level", False):  # REINFORCE++ with a PRM's step rewards: A [N, T]
+                steps = step_reward_tensor(trained, batch.completion_len, config.process_reward).to(device)
+                batch.advantages = token_return_advantages(scores.flatten().to(device), steps, batch.response_mask,
+                                                           trained_samples.valid.flatten().to(device))
+            else:
+                batch.advantages = ADVANTAGE_ESTIMATORS[algo.advantage](scores, trained_samples.valid).flatten().to(device)
             keep = (trained_samples.valid.float() * trained_samples.loss_weight).flatten().to(device)
             batch.response_mask = batch.response_mask * keep[:, None]
 

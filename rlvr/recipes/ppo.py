@@ -32,6 +32,7 @@ from rlvr.recipes.rl_run import RLRun
 from rlvr.recipes.update import (Mismatch, TokenMeans, UpdateSettings, global_counts, lockstep, masked_mean,
                                  old_logprobs, policy_terms, rows_with_gradient, zero_weight_pass)
 from rlvr.rollout.batch import Batch, collate
+from rlvr.rollout.process_scoring import step_reward_tensor
 from rlvr.run.runtime import Distributed, full_norm, optimizer_from_config
 from rlvr.run.sharded_checkpoint import has_sharded_part
 from rlvr.run.sharding import is_sharded, lockstep_passes, whole_copy
@@ -81,9 +82,11 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             update_started = run.sleep_engine()
 
             # ---- 2. per-token rewards -> GAE advantages and returns -----------------------------
+            steps = (step_reward_tensor(rollout.groups, batch.completion_len, config.process_reward).to(device)
+                     if getattr(run.scorer, "token_level", False) else None)  # a PRM's step rewards [N, T]
             seq_kl = critic_targets(batch, samples.scores.flatten().to(device), samples.truncated.flatten().to(device),
                                     policy=policy, critic=critic, reference=run.reference, beta=kl_ctl.value,
-                                    s=run.settings)
+                                    s=run.settings, step_rewards=steps)
 
             # ---- 3. policy and critic updates; the KL controller moves beta ---------------------
             update = update_actor_critic(policy, critic, batch, optimizer, critic_optimizer, run.settings)
@@ -126,11 +129,13 @@ def _critic_postfix(metrics: dict[str, float]) -> dict[str, str]:
 
 @torch.no_grad()
 def critic_targets(batch: Batch, scores: torch.Tensor, truncated: torch.Tensor, *, policy, critic: ValueModel,
-                   reference: Reference, beta: float, s: UpdateSettings) -> torch.Tensor | None:
+                   reference: Reference, beta: float, s: UpdateSettings,
+                   step_rewards: torch.Tensor | None = None) -> torch.Tensor | None:
     """Fill ``batch.old_logp``, ``ref_logp``, ``old_values``, ``advantages [N, T]`` and ``returns [N, T]``;
     return the per-sequence KL to the reference ``[N]`` (None without a reference).
 
-        r_t = [t = last] * score - beta * KL_t          (KL_t by algorithm.kl_estimator, k1 = logp - ref_logp)
+        r_t = [t = last] * score + step_t - beta * KL_t   (KL_t by algorithm.kl_estimator, k1 = logp - ref_logp;
+                                                           step_t: a PRM's reward on a step's last token, else 0)
         A   = GAE(r, V_old; gamma, lam)  whitened over real tokens;   R = GAE advantages + V_old
 
     A truncated response (``algorithm.truncation``) keeps its score (``none``), earns none (``zero``),
@@ -161,7 +166,7 @@ def critic_targets(batch: Batch, scores: torch.Tensor, truncated: torch.Tensor, 
         critic.reshard()  # FSDP2 keeps the root gathered for a backward; these passes have none
     batch.old_values = torch.cat(values) * mask  # [N, T]
     rewards = token_rewards(scores, mask, kl=kl, beta=beta, truncated=truncated,
-                            truncation="none" if algo.truncation == "none" else "zero")
+                            truncation="none" if algo.truncation == "none" else "zero", dense=step_rewards)
     last_values = torch.cat(after_last) * truncated.float() if algo.truncation == "bootstrap" else None
     advantages, batch.returns = gae(rewards, batch.old_values, mask, gamma=algo.gamma, lam=algo.lam,
                                     last_values=last_values)

@@ -39,6 +39,7 @@ from rlvr.rollout.episodes import build_environments, episode_runner
 from rlvr.rollout.evaluate import evaluate_suites
 from rlvr.rollout.async_rollout import AsyncRollouts, staleness_metrics
 from rlvr.rollout.groups import Group, RolloutStats, collect_groups, scored_groups, verifier_runner
+from rlvr.rollout.process_scoring import build_process_scorer
 from rlvr.rollout.reward_scoring import build_reward_scorer
 from rlvr.rollout.sampler import ProblemSampler, RankSampler
 from rlvr.rollout.suites import (PromptEncoder, announce_suites, check_verifiers, drop_overlong_prompts,
@@ -128,7 +129,9 @@ class RLRun(Run):
             group_size=config.train.group_size, sampling=self.sampling,
             max_staleness=config.async_generation.max_staleness, seed=config.train.seed,
             episodes=self.episodes is not None)
-        self.scorer = build_reward_scorer(config, dist.device, self.tokenizer)  # a learned reward model, if any
+        # a learned reward model or a process reward model, if any (the config refuses both at once)
+        self.scorer = (build_reward_scorer(config, dist.device, self.tokenizer)
+                       or build_process_scorer(config, dist.device, self.tokenizer))
         if self.scorer is not None and dist.is_main:
             print(self.scorer.describe(), flush=True)
         self.settings = UpdateSettings.from_config(config, dist, episodes=self.episodes is not None)
@@ -194,7 +197,8 @@ class RLRun(Run):
             verifier=config.verifier.name, verifier_options=config.verifier.options, reward_model=self.scorer,
             dynamic_sampling=dynamic_sampling, max_resample_rounds=max_resample_rounds, episodes=self.episodes,
         )
-        return Rollout(groups, self.tensors(groups), stats, self._error_frac(step, groups))
+        return Rollout(groups, self.tensors(groups), stats, self._error_frac(step, groups),
+                       extra=dict(getattr(self.scorer, "metrics", {})))  # a process reward model's prm/
 
     def _async_rollout(self, step: int) -> Rollout:
         """Step ``step``'s samples from the generator process (submitted up to S steps ago), scored now."""

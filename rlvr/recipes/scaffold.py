@@ -33,7 +33,7 @@ from rlvr.run.sharding import is_sharded
 from rlvr.run.tracking import plot_metrics
 
 #: The command that resumes a run, by the recipe name the run folder was started under.
-RESUME_COMMANDS = {"sft": "sft", "rm": "train-rm", "dpo": "dpo"}
+RESUME_COMMANDS = {"sft": "sft", "rm": "train-rm", "prm": "train-prm", "dpo": "dpo"}
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -31,6 +31,7 @@ class Group:
     completions: list[Completion]
     rewards: list[Reward] = field(default_factory=list)  # what training optimises
     gold: list[Reward] | None = None  # the verifier's rewards when a reward model scored ``rewards`` (logged only)
+    steps: list | None = None  # per completion, its steps' ends and scores when a process reward model ran (StepScores)
 
 
 @dataclass

@@ -173,13 +173,14 @@ class RewardScorer:
         self.moments = [(int(n), float(mean), float(m2)) for n, mean, m2 in state["moments"]]
 
 
-def check_same_tokenizer(policy_tokenizer, rm_tokenizer, path: str) -> None:
+def check_same_tokenizer(policy_tokenizer, rm_tokenizer, path: str, *, field: str = "reward_model.path",
+                         trained_by: str = "`rlvr train-rm`") -> None:
     """The reward model reads the policy's token ids as they are: its vocabulary must be the policy's."""
     if policy_tokenizer.get_vocab() != rm_tokenizer.get_vocab():
         raise InvalidValueError(
-            f"reward_model.path: {path} has a different tokenizer from the policy's (model.path); the reward model "
-            "scores the policy's token ids as they are, so it must share the policy's vocabulary (train it with "
-            "`rlvr train-rm` from the policy's base model)")
+            f"{field}: {path} has a different tokenizer from the policy's (model.path); the model scores the "
+            "policy's token ids as they are, so it must share the policy's vocabulary (train it with "
+            f"{trained_by} from the policy's base model)")
 
 
 def build_reward_scorer(config, device, tokenizer) -> RewardScorer | None:

@@ -29,6 +29,7 @@ OPTIONAL_PANELS = [
     ("gold (verifier) vs proxy (reward model)", ["gold/mean", "gold/accuracy"], ["proxy/reward"]),
     ("episodes: tool use and stop reasons", ["env/turns", "env/tool_calls", "env/tool_error_rate", "env/stop_eos",
                                              "env/stop_max_tokens", "env/stop_max_turns"]),
+    ("process reward model: steps", ["prm/step_score", "prm/aggregate", "prm/wrong_step_frac"], ["prm/steps"]),
 ]
 
 #: Keys of every ``metrics.jsonl`` line that label it rather than measure: not sent to trackers.

@@ -1,0 +1,146 @@
+"""A process reward model (PRM) in training: every step of every sample scored, in-process, in batches.
+
+For one batch of groups (after the verifiers ran, as a learned reward model is scored):
+
+    ends_i   = step ends of completion i      (the PRM's separator, on the tokens as generated)
+    p_i      = PRM(prompt_i, completion_i)[ends_i]        probabilities that each step is right, [K_i]
+
+then, by ``process_reward.use``:
+
+* ``token`` (PPO's GAE, and REINFORCE++'s return-to-go: estimators that take a reward per token): the
+  verifier's score stays the sequence's terminal reward, and step k adds ``coef * r_k`` on its last
+  token (:func:`step_reward_tensor`, read by ``rlvr/recipes/ppo.py`` and, for ``advantage:
+  reinforce_pp``, ``rlvr/recipes/grpo.py``). ``r_k = p_k - p_(k-1)`` (``delta``, the default: the sum
+  is ``p_K - baseline`` however many steps there are) or ``p_k - baseline`` (``shifted``, whose sum
+  grows with the number of steps: a policy learns to write fewer steps, or more).
+* ``aggregate`` (the group estimators grpo, dr_grpo, rloo: one score per sample): ``a_i = min | last | mean (p_i)``
+  and the reward is ``outcome_i + coef * a_i`` (``add``) or ``coef * a_i`` (``replace``). The
+  verifier's rewards move to ``group.gold`` (accuracy and ``gold/`` are measured on them).
+
+The ids are the trainer's own (the prompt as encoded, the completion as generated, with its EOS), so
+the PRM must share the policy's tokenizer, as ``rlvr train-prm`` from the policy's base model makes it.
+Metrics: ``prm/step_score`` (mean p over steps), ``prm/steps`` (steps per sample), ``prm/aggregate``
+(mean of the per-sample aggregate), ``prm/wrong_step_frac`` (steps with p < 0.5), ``prm/no_step_frac``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from rlvr.algorithms.process_rewards import STEP_REWARDS, aggregate_step_scores, step_token_rewards
+from rlvr.modeling.prm import ProcessRewardModel, completion_step_ends
+from rlvr.rollout.groups import Group
+from rlvr.rollout.reward_scoring import check_same_tokenizer
+from rlvr.verifiers.base import Reward
+
+
+@dataclass
+class StepScores:
+    """One completion's steps: the index of each step's last token and the PRM's probability that it is right."""
+
+    ends: list[int]
+    scores: list[float]
+
+
+class ProcessRewardScorer:
+    """A :class:`~rlvr.modeling.prm.ProcessRewardModel` turned into training rewards (module docstring).
+
+    ``score_groups(groups, runner)`` sets ``group.steps`` (one :class:`StepScores` per completion) and, in
+    aggregate mode, replaces ``group.rewards`` (the verifier's go to ``group.gold``).
+    """
+
+    def __init__(self, config, *, token_level: bool, device: str, dtype: str, tokenizer=None):
+        self.config = config
+        self.token_level = token_level
+        self.prm = ProcessRewardModel(config.path, device=device, dtype=dtype, batch_size=config.batch_size)
+        if tokenizer is not None:
+            check_same_tokenizer(tokenizer, self.prm.tokenizer, config.path, field="process_reward.path",
+                                 trained_by="`rlvr train-prm`")
+        self.separator = config.separator if config.separator is not None else self.prm.separator
+        self.metrics: dict[str, float] = {}
+
+    def describe(self) -> str:
+        c = self.config
+        if self.token_level:
+            how = (f"each step's reward {c.coef:g} * {c.step_reward} (baseline {c.baseline:g}) on its last token, plus "
+                   "the verifier's score at the end")
+        else:
+            base = "the verifier's score + " if c.combine == "add" else ""
+            how = f"{base}{c.coef:g} * {c.aggregate}(step scores) per sample"
+        return f"process reward: the PRM {c.path} (steps split at {self.separator!r}): {how}"
+
+    def score_groups(self, groups: list[Group], runner=None) -> None:
+        """Score every step of every completion of ``groups`` (``runner``: unused, the reward-model interface)."""
+        c = self.config
+        prompts = [g.prompt_ids for g in groups for _ in g.completions]
+        completions = [list(comp.token_ids) for g in groups for comp in g.completions]
+        ends = [completion_step_ends(self.prm.tokenizer, ids, self.separator) for ids in completions]
+        scores = self.prm.score_steps(prompts, completions, ends)
+        aggregate = aggregate_step_scores(scores, c.aggregate)  # [N]
+        k = 0
+        for group in groups:
+            group.steps = []
+            outcome = group.rewards
+            if not self.token_level:
+                group.gold, group.rewards = outcome, []
+            for reward in outcome:
+                group.steps.append(StepScores(ends[k], scores[k]))
+                if not self.token_level:
+                    group.rewards.append(self._combined(reward, float(aggregate[k])))
+                k += 1
+        self.metrics = step_metrics(scores, aggregate)
+
+    def _combined(self, outcome: Reward, aggregate: float) -> Reward:
+        """``outcome + coef * aggregate`` (add; an abstaining verifier adds nothing) or ``coef * aggregate``;
+        a sample the verifier failed on stays failed (masked, as verifier.on_failure says)."""
+        c = self.config
+        components = {"prm": aggregate, **({"outcome": outcome.score} if outcome.status == "ok" else {})}
+        if c.combine == "add" and outcome.failed:
+            return Reward(0.0, status=outcome.status, components=components, info=outcome.info)
+        base = outcome.score if (c.combine == "add" and outcome.status == "ok") else 0.0
+        return Reward(base + c.coef * aggregate, components=components)
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+def step_metrics(scores: Sequence[Sequence[float]], aggregate: torch.Tensor) -> dict[str, float]:
+    """``prm/`` metrics of one batch (see the module docstring)."""
+    flat = [p for row in scores for p in row]
+    n = max(1, len(scores))
+    return {
+        "prm/step_score": sum(flat) / len(flat) if flat else 0.0,
+        "prm/steps": len(flat) / n,
+        "prm/aggregate": float(aggregate.mean()) if len(aggregate) else 0.0,
+        "prm/wrong_step_frac": sum(p < 0.5 for p in flat) / len(flat) if flat else 0.0,
+        "prm/no_step_frac": sum(not row for row in scores) / n,
+    }
+
+
+def step_reward_tensor(groups: Sequence[Group], length: int, config) -> torch.Tensor:
+    """``[N, length]``: ``coef * r_k`` (``r`` by ``config.step_reward``: delta or shifted, from the step
+    scores and ``config.baseline``) at each step's last token of each completion, in the order
+    :func:`rlvr.rollout.batch.collate` lays the groups out; zero elsewhere."""
+    form = STEP_REWARDS[config.step_reward]
+    steps = [s for g in groups for s in g.steps]
+    return step_token_rewards([[config.coef * r for r in form(s.scores, config.baseline)] for s in steps],
+                              [s.ends for s in steps], length)
+
+
+def build_process_scorer(config, device, tokenizer) -> ProcessRewardScorer | None:
+    """The run's :class:`ProcessRewardScorer`, or None when ``config.process_reward`` is not set."""
+    from rlvr.config import CRITIC_PRESETS
+
+    prm = config.process_reward
+    if prm is None:
+        return None
+    takes_tokens = config.algorithm.preset in CRITIC_PRESETS or config.algorithm.advantage == "reinforce_pp"
+    token_level = prm.use == "token" or (prm.use == "auto" and takes_tokens)
+    return ProcessRewardScorer(prm, token_level=token_level, device=prm.device or str(device),
+                               dtype=prm.dtype or config.model.dtype, tokenizer=tokenizer)
