@@ -43,6 +43,8 @@ def main() -> None:
                         help="start the PRM from a second, longer SFT of the same tiny model, stopped at this dev "
                         "accuracy (OUT/sft_prm_base), instead of the policy's SFT model: a stronger grader of the "
                         "same samples, as PRMs are often larger than their policies")
+    parser.add_argument("--prm-base", default=None, help="start the PRM from this model folder (e.g. an earlier "
+                        "OUT/sft_prm_base/final) instead of training one for --prm-base-accuracy")
     parser.add_argument("--from-stage", type=int, default=1, choices=(1, 2, 3, 4),
                         help="skip the stages before this one, reusing their outputs in OUT (2: OUT/sft/final; "
                         "3: also OUT/prm_data.jsonl; 4: also OUT/prm/final)")
@@ -80,8 +82,8 @@ def main() -> None:
     if args.from_stage <= 2:
         sample_and_label(args, model_path, data)
     if args.from_stage <= 3:
-        prm_base = model_path
-        if args.prm_base_accuracy is not None:
+        prm_base = Path(args.prm_base) if args.prm_base else model_path
+        if args.prm_base_accuracy is not None and not args.prm_base:
             print(f"[3/4] a longer SFT of the tiny model (to dev accuracy {args.prm_base_accuracy}), the PRM's start",
                   flush=True)
             prm_base = supervised("sft_prm_base", args.prm_base_accuracy, 4 * args.sft_steps)

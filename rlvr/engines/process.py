@@ -209,17 +209,14 @@ class _EpisodePlayer:
     environment messages are encoded for the chat template each request names per problem."""
 
     def __init__(self, settings: dict[str, Any], tokenizer):
-        from rlvr.rollout.env_tokens import message_encoder
+        from rlvr.rollout.env_tokens import MessageEncoders
         from rlvr.rollout.episodes import EpisodeRunner
 
-        encoders: dict[Any, Any] = {}
+        encoders = MessageEncoders(tokenizer, settings["messages"], settings["eos_ids"])
         self._templates: dict[int, Any] = {}
 
         def messages_of(problem):
-            template = self._templates[id(problem)]
-            if template not in encoders:
-                encoders[template] = message_encoder(tokenizer, settings["messages"], template, settings["eos_ids"])
-            return encoders[template]
+            return encoders(self._templates[id(problem)])
 
         self.runner = EpisodeRunner(messages_of, settings["environments"], default=settings["default"],
                                     max_turns=settings["max_turns"], max_episode_tokens=settings["max_episode_tokens"],

@@ -131,3 +131,17 @@ def message_encoder(tokenizer, mode: str, chat_template: str | ChatTemplate | No
     problem = next((p for p in problems.values() if "end-of-turn" not in p), None) or next(iter(problems.values()))
     raise InvalidValueError(f"the chat template cannot carry multi-turn episodes token-in, token-out: {problem}; "
                             "set environment.messages=text, or give a prefix-preserving chat_template file")
+
+
+class MessageEncoders:
+    """The message encoder of each chat template, built (and checked) once: ``encoders(template)``.
+    Both the trainer's episode runner and the asynchronous generator's use it."""
+
+    def __init__(self, tokenizer, mode: str, eos_ids: Sequence[int]):
+        self.tokenizer, self.mode, self.eos_ids = tokenizer, mode, list(eos_ids)
+        self._built: dict[Any, Any] = {}
+
+    def __call__(self, template: str | ChatTemplate | None) -> Any:
+        if template not in self._built:
+            self._built[template] = message_encoder(self.tokenizer, self.mode, template, self.eos_ids)
+        return self._built[template]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
 from rlvr.engines.base import Completion, Engine, SamplingParams
-from rlvr.rollout.env_tokens import message_encoder
+from rlvr.rollout.env_tokens import MessageEncoders
 from rlvr.tasks.base import Problem
 from rlvr.tasks.environments import EnvironmentFailure, get_environment
 from rlvr.verifiers.base import Reward
@@ -202,13 +202,10 @@ def episode_runner(section, tokenizer, encode, eos_ids: Sequence[int],
     environment are listed in its prompt (``encode``, a :class:`rlvr.rollout.suites.PromptEncoder`)."""
     if not environments:
         return None
-    encoders: dict[Any, Any] = {}
+    encoders = MessageEncoders(tokenizer, section.messages, eos_ids)
 
     def messages_of(problem: Problem):
-        template = encode.template_of(problem)
-        if template not in encoders:
-            encoders[template] = message_encoder(tokenizer, section.messages, template, eos_ids)
-        return encoders[template]
+        return encoders(encode.template_of(problem))
 
     runner = EpisodeRunner(messages_of, environments, default=section.name, max_turns=section.max_turns,
                            max_episode_tokens=section.max_episode_tokens, workers=section.workers)
