@@ -29,6 +29,9 @@ def main() -> None:
     parser.add_argument("--sft-accuracy", type=float, default=0.3, help="stop SFT at this greedy dev accuracy (room for RL to help)")
     parser.add_argument("--problems", type=int, default=1500, help="training problems sampled for PRM data")
     parser.add_argument("--samples", type=int, default=4, help="completions sampled per problem")
+    parser.add_argument("--gold", action="store_true", help="add each sampled problem's gold solution (all steps "
+                        "good) to the PRM data: the policy's own samples rarely get the last step right, and a PRM "
+                        "trained on them alone learns that a last step is wrong")
     parser.add_argument("--prm-epochs", type=float, default=2.0, help="passes over the PRM data")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
     parser.add_argument("--ppo-steps", type=int, default=200, help="PPO steps of each run (0: stop after the PRM)")
@@ -113,6 +116,8 @@ def sample_and_label(args, model_path: Path, data: Path) -> None:
                           samples=args.samples, keep_records=True,
                           sampling=SamplingParams(max_new_tokens=40, temperature=1.0))
     samples = [(p, text) for p, record in zip(problems, result.records) for text in record["completions"]]
+    if args.gold:
+        samples += [(p, p.solution) for p in problems]
     rows = write_prm_data(samples, data)
     labels = [label for line in data.read_text().splitlines() for label in json.loads(line)["labels"]]
     print(f"sample accuracy {result.accuracy:.3f}; {rows} labelled completions, {len(labels)} steps, "

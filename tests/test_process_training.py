@@ -72,7 +72,7 @@ def test_step_rewards_land_on_each_steps_last_token_in_the_batch():
 class _Config:
     def __init__(self, **kw):
         self.__dict__.update(dict(path="prm", separator=None, use="aggregate", aggregate="min", combine="add", coef=0.5,
-                                  step_reward="delta", baseline=0.5, batch_size=4, device=None, dtype=None) | kw)
+                                  step_reward="potential", baseline=0.5, batch_size=4, device=None, dtype=None) | kw)
 
 
 def _scorer(**kw) -> ProcessRewardScorer:
@@ -99,17 +99,31 @@ def test_step_reward_forms_by_hand():
     assert delta([0.9, 0.2, 0.6], 0.5) == pytest.approx([0.4, -0.7, 0.4])  # sums to p_K - baseline = 0.1
     assert delta([], 0.5) == []
     assert shifted([0.9, 0.2, 0.6], 1.0) == pytest.approx([-0.1, -0.8, -0.4])
+    potential = STEP_REWARDS["potential"]
+    assert potential([0.9, 0.2, 0.6], 0.5) == pytest.approx([0.4, -0.7, -0.2])  # the last step returns Phi to 0
+    assert potential([0.7], 0.5) == pytest.approx([-0.5]) and potential([], 0.5) == []
+    for scores in ([0.9, 0.2, 0.6], [0.1] * 5, [0.99], [0.3, 0.8]):  # the sum is -baseline, whatever the steps
+        assert sum(potential(scores, 0.5)) == pytest.approx(-0.5)
     # padding with sound steps earns nothing under delta, and each one earns under shifted 0.5
     assert sum(delta([0.9, 0.9, 0.9, 0.9], 0.5)) == pytest.approx(sum(delta([0.9], 0.5)))
     assert sum(shifted([0.9] * 4, 0.5)) == pytest.approx(4 * sum(shifted([0.9], 0.5)))
 
 
-def test_the_default_delta_reward_lands_on_the_step_ends():
+def test_the_step_reward_form_lands_on_the_step_ends():
     groups = [_group([5], [[1, 10, 3, 10, 4, 2]], [1])]
     groups[0].steps = [StepScores([1, 3, 5], [0.9, 0.2, 0.6])]
     batch = collate(groups, pad_id=0)
-    steps = step_reward_tensor(groups, batch.completion_len, _Config(coef=2.0))
-    assert steps[0].tolist() == pytest.approx([0.0, 0.8, 0.0, -1.4, 0.0, 0.8])
+    delta = step_reward_tensor(groups, batch.completion_len, _Config(coef=2.0, step_reward="delta"))
+    assert delta[0].tolist() == pytest.approx([0.0, 0.8, 0.0, -1.4, 0.0, 0.8])
+    potential = step_reward_tensor(groups, batch.completion_len, _Config(coef=2.0, step_reward="potential"))
+    assert potential[0].tolist() == pytest.approx([0.0, 0.8, 0.0, -1.4, 0.0, -0.4])
+
+
+def test_the_default_step_reward_is_potential_shaping():
+    from rlvr.config import RunConfig, build_config
+
+    config = build_config(RunConfig, {"model": {"path": "m"}, "process_reward": {"path": "x"}})
+    assert config.process_reward.step_reward == "potential" and config.process_reward.baseline == 0.5
 
 
 def test_step_metrics_by_hand():
@@ -189,7 +203,7 @@ def test_ppo_takes_the_step_rewards_into_its_returns(tiny_model, untrained_prm, 
     assert len(seen) == 2
     for steps, mask in seen:
         assert steps.shape == mask.shape
-        placed = steps != 0  # delta: p_k - p_(k-1), non-zero on step ends (a fresh head's p varies)
+        placed = steps != 0  # potential: non-zero on step ends (a fresh head's p varies)
         assert placed.any() and placed.sum(dim=1).ge(1).all()  # every sample has at least one step
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     trained = [r for r in rows if "prm/step_score" in r]

@@ -170,6 +170,19 @@ def delta_step_rewards(scores: Sequence[float], baseline: float) -> list[float]:
     return [p - q for p, q in zip(scores, previous)]
 
 
+@STEP_REWARDS.register("potential")
+def potential_step_rewards(scores: Sequence[float], baseline: float) -> list[float]:
+    """Potential-based shaping (Ng, Harada and Russell 1999) with Phi = the PRM's estimate after each step and
+    Phi = 0 once the answer ends: r_k = p_k - p_(k-1) for k < K, and r_K = -p_(K-1) (p_0 = baseline). The
+    sum is -baseline for every solution, so the PRM cannot change which policy is best, only where the
+    credit for the outcome lands within a solution; it cannot be gamed by writing more or fewer steps, or
+    steps it misjudges.  [K] -> [K]"""
+    if not scores:
+        return []
+    previous = [baseline, *scores[:-1]]
+    return [p - q for p, q in zip(scores[:-1], previous)] + [-previous[-1]]
+
+
 @STEP_REWARDS.register("shifted")
 def shifted_step_rewards(scores: Sequence[float], baseline: float) -> list[float]:
     """r_k = p_k - baseline on every step. The sum grows with the number of steps: baseline 1 (every step a

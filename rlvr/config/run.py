@@ -280,9 +280,11 @@ class ProcessRewardRunConfig(Section):
         "coef * the aggregate alone (replace; the verifier then only watches, as gold/)")
     coef: float = Field(1.0, ge=0, description="weight of the process reward against the outcome reward")
     step_reward: str = Field(
-        "delta", description="[token] what a step earns, coef times: delta (p_k - p_(k-1), p_0 = baseline: sums to "
-        "p_K - baseline whatever the number of steps; the default), shifted (p_k - baseline on every step: pays for "
-        "fewer steps with baseline 1, more with 0.5), or a plugin's (rlvr.step_rewards)")
+        "potential", description="[token] what a step earns, coef times: potential (p_k - p_(k-1), p_0 = baseline, "
+        "and the last step returns to 0: sums to -baseline for every solution, so the PRM moves credit within a "
+        "solution and cannot be gamed; the default), delta (p_k - p_(k-1) on every step: sums to p_K - baseline, so "
+        "the PRM's judgement of the last step counts), shifted (p_k - baseline on every step: pays for fewer steps "
+        "with baseline 1, more with 0.5), or a plugin's (rlvr.step_rewards)")
     baseline: float = Field(0.5, description="[token] p_0 of delta, the subtracted value of shifted")
     batch_size: int = Field(32, ge=1, description="samples scored together")
     device: Optional[str] = Field(None, description="cpu, cuda, cuda:N; null = the trainer's device")

@@ -10,9 +10,11 @@ then, by ``process_reward.use``:
 * ``token`` (PPO's GAE, and REINFORCE++'s return-to-go: estimators that take a reward per token): the
   verifier's score stays the sequence's terminal reward, and step k adds ``coef * r_k`` on its last
   token (:func:`step_reward_tensor`, read by ``rlvr/recipes/ppo.py`` and, for ``advantage:
-  reinforce_pp``, ``rlvr/recipes/grpo.py``). ``r_k = p_k - p_(k-1)`` (``delta``, the default: the sum
-  is ``p_K - baseline`` however many steps there are) or ``p_k - baseline`` (``shifted``, whose sum
-  grows with the number of steps: a policy learns to write fewer steps, or more).
+  reinforce_pp``, ``rlvr/recipes/grpo.py``), ``r_k`` by ``step_reward``
+  (:data:`rlvr.algorithms.process_rewards.STEP_REWARDS`): ``potential`` (the default: potential-based
+  shaping, the sum is ``-baseline`` for every solution, so the PRM moves credit and cannot be gamed),
+  ``delta`` (sums to ``p_K - baseline``) or ``shifted`` (``p_k - baseline``, whose sum grows with the
+  number of steps: a policy learns to write fewer steps, or more).
 * ``aggregate`` (the group estimators grpo, dr_grpo, rloo: one score per sample): ``a_i = min | last | mean (p_i)``
   and the reward is ``outcome_i + coef * a_i`` (``add``) or ``coef * a_i`` (``replace``). The
   verifier's rewards move to ``group.gold`` (accuracy and ``gold/`` are measured on them).
@@ -124,7 +126,7 @@ def step_metrics(scores: Sequence[Sequence[float]], aggregate: torch.Tensor) -> 
 
 
 def step_reward_tensor(groups: Sequence[Group], length: int, config) -> torch.Tensor:
-    """``[N, length]``: ``coef * r_k`` (``r`` by ``config.step_reward``: delta or shifted, from the step
+    """``[N, length]``: ``coef * r_k`` (``r`` by ``config.step_reward``: potential, delta or shifted, from the step
     scores and ``config.baseline``) at each step's last token of each completion, in the order
     :func:`rlvr.rollout.batch.collate` lays the groups out; zero elsewhere."""
     form = STEP_REWARDS[config.step_reward]
