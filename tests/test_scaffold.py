@@ -50,8 +50,18 @@ def _weights(folder):
     return load_file(str(folder / "model.safetensors"))
 
 
+@pytest.fixture
+def default_sigint():
+    """SIGINT at Python's default handler for the test, whatever earlier tests in this process left there
+    (CI once found it ignored, SIG_IGN, by the time this test ran), and as it was afterwards."""
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def test_ctrl_c_saves_the_step_says_how_to_resume_and_the_resume_ends_where_an_unbroken_run_ends(
-        tiny_model, tmp_path, monkeypatch):
+        tiny_model, tmp_path, monkeypatch, default_sigint):
     sft.train(_sft_config(tmp_path / "whole", tiny_model))
     _signal_at(monkeypatch, sft, 3)
     fds = len(os.listdir("/proc/self/fd"))
