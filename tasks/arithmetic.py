@@ -11,24 +11,21 @@ Styles:
 
 from __future__ import annotations
 
-import hashlib
 import operator
 import random
 
-from rlvr.tasks.base import Problem, ProblemList
+from rlvr.tasks.base import SPLIT_BUCKETS, Problem, ProblemList, draw_distinct, hash_split
 from rlvr.tasks.registry import register_task
 from rlvr.verifiers.errors import InvalidValueError
 
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
-_SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}  # percent of hash space
 _STYLES = ("bare", "instruct")
 _ENUMERATE_LIMIT = 20_000  # problem spaces up to this size are listed rather than sampled
 
 
 def split_of(a: int, op: str, b: int) -> str:
     """The split a problem belongs to, from a stable hash of its text (independent of any seed)."""
-    bucket = int.from_bytes(hashlib.blake2b(f"{a}{op}{b}".encode(), digest_size=4).digest(), "big") % 100
-    return next(name for name, (lo, hi) in _SPLIT_BUCKETS.items() if lo <= bucket < hi)
+    return hash_split(f"{a}{op}{b}")
 
 
 @register_task("arithmetic")
@@ -60,8 +57,8 @@ class Arithmetic(ProblemList):
         ops: str = "+",
         style: str = "instruct",
     ):
-        if split not in _SPLIT_BUCKETS:
-            raise InvalidValueError(f"arithmetic: unknown split {split!r}; valid splits: {', '.join(_SPLIT_BUCKETS)}")
+        if split not in SPLIT_BUCKETS:
+            raise InvalidValueError(f"arithmetic: unknown split {split!r}; valid splits: {', '.join(SPLIT_BUCKETS)}")
         if style not in _STYLES:
             raise InvalidValueError(f"arithmetic: unknown style {style!r}; valid styles: {', '.join(_STYLES)}")
         bad_ops = set(ops) - set(_OPS)
@@ -79,22 +76,15 @@ class Arithmetic(ProblemList):
         hi = 10**self.max_digits - 1
         if (hi + 1) ** 2 * len(self.ops) <= _ENUMERATE_LIMIT:
             return self._draw_from_enumeration(rng, hi)
-        seen: set[tuple[int, str, int]] = set()
-        problems: list[Problem] = []
-        attempts = 0
-        while len(problems) < self.n:
-            attempts += 1
-            if attempts > 200 * self.n + 10_000:
-                raise InvalidValueError(f"arithmetic: cannot draw {self.n} distinct {self.split} problems with max_digits={self.max_digits}")
+        def draw() -> tuple[int, str, int]:
             a, b, op = rng.randint(0, hi), rng.randint(0, hi), rng.choice(self.ops)
-            if split_of(a, op, b) != self.split:
-                continue
-            if self.split != "train":
-                if (a, op, b) in seen:
-                    continue
-                seen.add((a, op, b))
-            problems.append(self._problem(len(problems), a, op, b))
-        return problems
+            return a, op, b
+
+        held_out = self.split != "train"  # train problems are drawn with replacement
+        return draw_distinct(
+            self.n, draw, lambda index, c: self._problem(index, *c), keep=lambda c: split_of(*c) == self.split,
+            key=(lambda c: c) if held_out else None, max_attempts=200 * self.n + 10_000,
+            failure=f"arithmetic: cannot draw {self.n} distinct {self.split} problems with max_digits={self.max_digits}")
 
     def _draw_from_enumeration(self, rng: random.Random, hi: int) -> list[Problem]:
         """Small problem spaces: list the split's problems and draw from them. A held-out split

@@ -6,8 +6,17 @@ model's chat template.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Hashable, Iterator, Optional, Protocol, TypeVar, runtime_checkable
+
+from rlvr.verifiers.errors import InvalidValueError
+
+T = TypeVar("T")
+C = TypeVar("C")
+
+#: The generated suites' splits, as percent ranges of a stable hash of each problem's text.
+SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,41 @@ class Problem:
     solution: str | None = None
     environment: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+def hash_split(text: str) -> str:
+    """The split a problem written ``text`` belongs to, from a stable hash (no seed, no run state): the
+    same text is in the same split for every seed, so held-out problems never leak into training."""
+    bucket = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "big") % 100
+    return next(name for name, (lo, hi) in SPLIT_BUCKETS.items() if lo <= bucket < hi)
+
+
+def draw_distinct(n: int, draw: Callable[[], C], build: Callable[[int, C], Optional[T]], *,
+                  keep: Callable[[C], bool] = lambda _: True, key: Optional[Callable[[C], Hashable]] = None,
+                  max_attempts: int, failure: str) -> list[T]:
+    """``n`` items made by a generated suite: each candidate is ``draw()``, left out unless ``keep`` (e.g.
+    of this split), and with ``key`` left out when an earlier candidate had its key; ``build(index,
+    candidate)`` makes the item, or None to drop the candidate (its key stays used). Raises
+    :class:`InvalidValueError` with ``failure`` after ``max_attempts`` draws (a space too small)."""
+    seen: set[Hashable] = set()
+    items: list[T] = []
+    attempts = 0
+    while len(items) < n:
+        attempts += 1
+        if attempts > max_attempts:
+            raise InvalidValueError(failure)
+        candidate = draw()
+        if not keep(candidate):
+            continue
+        if key is not None:
+            k = key(candidate)
+            if k in seen:
+                continue
+            seen.add(k)
+        item = build(len(items), candidate)
+        if item is not None:
+            items.append(item)
+    return items
 
 
 class ProblemList:

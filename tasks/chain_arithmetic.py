@@ -21,7 +21,6 @@ Every problem belongs to one split, decided by a stable hash of its text (``7+5*
 
 from __future__ import annotations
 
-import hashlib
 import json
 import operator
 import random
@@ -29,13 +28,12 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable
 
-from rlvr.tasks.base import Problem, ProblemList
+from rlvr.tasks.base import SPLIT_BUCKETS, Problem, ProblemList, draw_distinct, hash_split
 from rlvr.tasks.registry import register_task
 from rlvr.verifiers.errors import InvalidValueError
 
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _WORDS = {"+": "add {}", "-": "subtract {}", "*": "multiply by {}"}
-_SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}  # percent of hash space
 _STYLES = ("bare", "instruct")
 # One step as a line states it: "12*3=36" (spaces allowed; negative numbers as "-4").
 _STEP = re.compile(r"^\s*(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*(-?\d+)\s*$")
@@ -43,8 +41,7 @@ _STEP = re.compile(r"^\s*(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*(-?\d+)\s*$")
 
 def split_of(text: str) -> str:
     """The split of the problem written ``text`` (``7+5*3-4``), from a stable hash (no seed)."""
-    bucket = int.from_bytes(hashlib.blake2b(f"chain/{text}".encode(), digest_size=4).digest(), "big") % 100
-    return next(name for name, (lo, hi) in _SPLIT_BUCKETS.items() if lo <= bucket < hi)
+    return hash_split(f"chain/{text}")
 
 
 def chain_values(start: int, ops: Iterable[tuple[str, int]]) -> list[int]:
@@ -86,8 +83,8 @@ class ChainArithmetic(ProblemList):
 
     def __init__(self, path: str | None = None, split: str = "train", *, n: int | None = None, seed: int = 0,
                  steps: int = 3, max_operand: int = 9, ops: str = "+-*", style: str = "bare"):
-        if split not in _SPLIT_BUCKETS:
-            raise InvalidValueError(f"chain_arithmetic: unknown split {split!r}; valid splits: {', '.join(_SPLIT_BUCKETS)}")
+        if split not in SPLIT_BUCKETS:
+            raise InvalidValueError(f"chain_arithmetic: unknown split {split!r}; valid splits: {', '.join(SPLIT_BUCKETS)}")
         if style not in _STYLES:
             raise InvalidValueError(f"chain_arithmetic: unknown style {style!r}; valid styles: {', '.join(_STYLES)}")
         if not ops or set(ops) - set(_OPS):
@@ -104,22 +101,18 @@ class ChainArithmetic(ProblemList):
     def _draw(self) -> list[Problem]:
         rng = random.Random(f"chain_arithmetic/{self.seed}/{self.split}")
         space = self.max_operand ** (self.steps + 1) * len(set(self.ops)) ** self.steps
-        problems: list[Problem] = []
-        seen: set[str] = set()
-        attempts = 0
-        while len(problems) < self.n:
-            attempts += 1
-            if attempts > 200 * self.n + 10_000:
-                raise InvalidValueError(f"chain_arithmetic: cannot draw {self.n} distinct {self.split} problems from "
-                                        f"{space} (raise max_operand or steps, or lower n)")
+
+        def draw() -> tuple[str, int, list[tuple[str, int]]]:
             start = rng.randint(1, self.max_operand)
             chain = [(rng.choice(self.ops), rng.randint(1, self.max_operand)) for _ in range(self.steps)]
-            text = f"{start}" + "".join(f"{op}{b}" for op, b in chain)
-            if split_of(text) != self.split or (self.split != "train" and text in seen):
-                continue
-            seen.add(text)
-            problems.append(self._problem(len(problems), start, chain, text))
-        return problems
+            return f"{start}" + "".join(f"{op}{b}" for op, b in chain), start, chain
+
+        return draw_distinct(
+            self.n, draw, lambda index, c: self._problem(index, c[1], c[2], c[0]),
+            keep=lambda c: split_of(c[0]) == self.split, key=(lambda c: c[0]) if self.split != "train" else None,
+            max_attempts=200 * self.n + 10_000,
+            failure=f"chain_arithmetic: cannot draw {self.n} distinct {self.split} problems from {space} (raise "
+                    "max_operand or steps, or lower n)")
 
     def _problem(self, index: int, start: int, chain: list[tuple[str, int]], text: str) -> Problem:
         if self.style == "bare":

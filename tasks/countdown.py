@@ -22,13 +22,12 @@ Two sources:
 
 from __future__ import annotations
 
-import hashlib
 import random
 from fractions import Fraction
 from typing import Iterable
 
 from rlvr.tasks._countdown_cd3 import CD3_TEST_NUMBER_SETS
-from rlvr.tasks.base import Problem
+from rlvr.tasks.base import Problem, draw_distinct, hash_split
 from rlvr.tasks.loading import DataError, LoadedSuite, Record, instruction_text, read_records, resolve_source
 from rlvr.tasks.registry import register_task
 from rlvr.verifiers.errors import InvalidValueError
@@ -38,7 +37,6 @@ INSTRUCTION = ("Show your reasoning, then give only the final expression inside 
 SOLVE_MAX_NUMBERS = 5  # the exhaustive solver's cost grows ~20x per extra number
 GENERATE_MAX_NUMBERS = 8
 TREE_TRIES = 32  # random expression trees tried per number set before drawing new numbers
-_SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}  # percent of hash space
 _SOURCES = ("auto", "generate", "file")
 
 Expr = tuple[str, int]  # (text, precedence: 1 for + -, 2 for * /, 3 for a number)
@@ -119,9 +117,7 @@ def random_tree(numbers: list[int], rng: random.Random) -> tuple[Fraction, str]:
 
 def split_of(numbers: Iterable[int]) -> str:
     """The split of a number set, from a stable hash of its sorted numbers (independent of any seed)."""
-    text = ",".join(str(x) for x in sorted(numbers))
-    bucket = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "big") % 100
-    return next(name for name, (lo, hi) in _SPLIT_BUCKETS.items() if lo <= bucket < hi)
+    return hash_split(",".join(str(x) for x in sorted(numbers)))
 
 
 # --------------------------------------------------------------------------- the suite
@@ -178,25 +174,21 @@ class Countdown(LoadedSuite):
 
     def _generate(self, seed: int, count: int, lo: int, hi: int, tlo: int, thi: int) -> list[Problem]:
         rng = random.Random(f"countdown/{seed}/{self.split}")
-        seen: set[tuple[int, ...]] = set()
-        problems: list[Problem] = []
-        attempts = 0
-        while len(problems) < self.n:
-            attempts += 1
-            if attempts > 50 * self.n + 10_000:
-                raise InvalidValueError(f"countdown: cannot draw {self.n} distinct {self.split} problems from "
-                                 f"{count} numbers in [{lo}, {hi}] with targets in [{tlo}, {thi}]")
-            numbers = [rng.randint(lo, hi) for _ in range(count)]
-            key = tuple(sorted(numbers))
-            if key in seen or split_of(key) != self.split or ",".join(map(str, key)) in CD3_TEST_NUMBER_SETS:
-                continue
-            seen.add(key)
+
+        def build(index: int, numbers: list[int]) -> Problem | None:
             for _ in range(TREE_TRIES):
                 value, text = random_tree(numbers, rng)
                 if value.denominator == 1 and tlo <= value <= thi:
-                    problems.append(self._problem(len(problems), numbers, int(value), text))
-                    break
-        return problems
+                    return self._problem(index, numbers, int(value), text)
+            return None  # no tree reached a target in range: the number set is left out
+
+        return draw_distinct(
+            self.n, lambda: [rng.randint(lo, hi) for _ in range(count)], build,
+            keep=lambda numbers: (split_of(numbers) == self.split
+                                  and ",".join(map(str, sorted(numbers))) not in CD3_TEST_NUMBER_SETS),
+            key=lambda numbers: tuple(sorted(numbers)), max_attempts=50 * self.n + 10_000,
+            failure=f"countdown: cannot draw {self.n} distinct {self.split} problems from {count} numbers in "
+                    f"[{lo}, {hi}] with targets in [{tlo}, {thi}]")
 
     def _from_record(self, record: Record) -> Problem:
         raw = record.get(("nums", "numbers", "input"), kind=(str, list))

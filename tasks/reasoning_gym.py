@@ -21,17 +21,15 @@ single answer and are scored by checking validity (``boxnet``, ``graph_color``,
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
-from rlvr.tasks.base import Problem
+from rlvr.tasks.base import SPLIT_BUCKETS, Problem, hash_split
 from rlvr.tasks.loading import LoadedSuite
 from rlvr.tasks.registry import register_task
 from rlvr.verifiers.reasoning_gym import reasoning_gym_library
 from rlvr.verifiers.errors import InvalidValueError
 
 INSTALL_HINT = "the reasoning_gym suite needs the reasoning-gym library: pip install reasoning-gym"
-_SPLIT_BUCKETS = {"test": (0, 10), "dev": (10, 15), "train": (15, 100)}  # percent of hash space
 # reasoning-gym seeds item i with Random(seed + i): seeds 0 and 1 would share all but one item, so
 # our seed s becomes the library seed s * SEED_STRIDE (no run draws that many items)
 SEED_STRIDE = 10**9
@@ -42,8 +40,8 @@ def _library():
 
 
 def split_of(question: str) -> str:
-    bucket = int.from_bytes(hashlib.blake2b(question.encode(), digest_size=4).digest(), "big") % 100
-    return next(name for name, (lo, hi) in _SPLIT_BUCKETS.items() if lo <= bucket < hi)
+    """The split of a generated question, from a stable hash of its text."""
+    return hash_split(question)
 
 
 @register_task("reasoning_gym")
@@ -85,7 +83,7 @@ class ReasoningGym(LoadedSuite):
         self.n = n if n is not None else (10_000 if split == "train" else 500)
         self.skipped, self.errors = 0, []
         # enough items for the split's share of the hash space, with room for duplicates
-        lo, hi = _SPLIT_BUCKETS[split]
+        lo, hi = SPLIT_BUCKETS[split]
         budget = int(self.n * 100 / (hi - lo) * 1.5) + 1000
         source = rg.create_dataset(dataset, **{**self.config, "seed": seed * SEED_STRIDE, "size": budget})
         system = [{"role": "system", "content": system_prompt}] if system_prompt else []

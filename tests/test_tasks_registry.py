@@ -12,6 +12,7 @@ import pytest
 import rlvr.tasks.registry as registry
 from rlvr.tasks import Problem, TaskSuite, get_task, list_tasks, register_task
 from rlvr.verifiers import list_verifiers
+from rlvr.verifiers.errors import InvalidValueError
 
 BUILT_IN = {"aime24", "amc23", "arithmetic", "countdown", "custom", "gsm8k", "humaneval", "math", "math500", "mbpp",
             "minerva_math", "reasoning_gym"}
@@ -142,3 +143,26 @@ def test_problems_are_frozen():
     with pytest.raises(Exception):
         p.id = "y"  # frozen
     assert p.solution is None and p.meta == {}
+
+
+def test_draw_distinct_keeps_filters_and_drops():
+    from rlvr.tasks.base import draw_distinct
+
+    values = iter([1, 2, 2, 3, 4, 5, 6, 7])
+    built = draw_distinct(3, lambda: next(values), lambda i, v: None if v == 3 else (i, v),
+                          keep=lambda v: v != 1, key=lambda v: v, max_attempts=100, failure="x")
+    assert built == [(0, 2), (1, 4), (2, 5)]  # 1 not kept, the second 2 a repeat, 3 dropped by build
+    again = iter([2, 2, 2])
+    assert draw_distinct(2, lambda: next(again), lambda i, v: v, max_attempts=5, failure="x") == [2, 2]  # no key
+    with pytest.raises(InvalidValueError, match="space too small"):
+        draw_distinct(2, lambda: 7, lambda i, v: v, key=lambda v: v, max_attempts=50, failure="space too small")
+
+
+def test_hash_split_is_stable_and_follows_the_buckets():
+    from collections import Counter
+
+    from rlvr.tasks.base import hash_split
+
+    assert hash_split("1+2") == hash_split("1+2")
+    shares = Counter(hash_split(f"{a}+{b}") for a in range(100) for b in range(100))
+    assert abs(shares["test"] / 10_000 - 0.10) < 0.02 and abs(shares["dev"] / 10_000 - 0.05) < 0.015
