@@ -47,12 +47,13 @@ def token_pieces(tokenizer, ids: Sequence[int]) -> list[str]:
     byte tokens appears, whole, at the token that completes it (the ones before it add ``""``)."""
     pieces: list[str] = []
     prefix, read = 0, 0  # ids[prefix:read]: context already emitted; ids[read:i+1]: tokens not yet emitted
+    before = ""  # the text of ids[prefix:read], decoded once per emission
     for i in range(len(ids)):
-        before = tokenizer.decode(ids[prefix:read], skip_special_tokens=True)
         now = tokenizer.decode(ids[prefix : i + 1], skip_special_tokens=True)
         if len(now) > len(before) and not now.endswith("\ufffd"):
             pieces.append(now[len(before):])
             prefix, read = read, i + 1  # the context of the next token: the ones just emitted (linear time)
+            before = tokenizer.decode(ids[prefix:read], skip_special_tokens=True)
         else:
             pieces.append("")  # a special token, or a character still incomplete
     return pieces

@@ -108,11 +108,19 @@ def render_prompt(tokenizer: Any | None, messages: Messages, chat_template: str 
     if _uses_template(tokenizer, template):
         if tokenizer is None:
             raise ValueError("a chat template file needs a tokenizer to render with")
-        extra = {"chat_template": template.source} if template.mode == "file" else {}
-        if tools:
-            extra["tools"] = list(tools)
-        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True, **extra)
+        return apply_template(tokenizer, template, messages, generation_prompt=True, tools=tools)
     return "\n\n".join(m["content"] for m in messages)
+
+
+def apply_template(tokenizer: Any, template: ChatTemplate, messages: Messages, *, generation_prompt: bool,
+                   tools: Sequence[dict] | None = None) -> str:
+    """``messages`` rendered by the tokenizer's chat template (``auto``) or ``template``'s file: the one
+    place a chat template is applied, for prompts and for the messages of multi-turn episodes."""
+    extra: dict[str, Any] = {"chat_template": template.source} if template.mode == "file" else {}
+    if tools:
+        extra["tools"] = list(tools)
+    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=generation_prompt,
+                                         **extra)
 
 
 def encode_prompts(tokenizer: Any, prompts: Sequence[Messages],

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from rlvr.rollout.chat import ChatTemplate, resolve_chat_template
+from rlvr.rollout.chat import ChatTemplate, apply_template, resolve_chat_template
 from rlvr.verifiers.errors import InvalidValueError
 
 MESSAGE_FORMATS = ("auto", "template", "text")
@@ -62,9 +62,7 @@ class TemplateMessages:
         self._cut = self._before.rindex(eos_text) + len(eos_text)  # right after the assistant's end-of-turn token
 
     def _render(self, messages: Sequence[dict[str, str]], *, generation_prompt: bool) -> str:
-        extra = {"chat_template": self.template.source} if self.template.mode == "file" else {}
-        return self.tokenizer.apply_chat_template(list(messages), tokenize=False,
-                                                  add_generation_prompt=generation_prompt, **extra)
+        return apply_template(self.tokenizer, self.template, messages, generation_prompt=generation_prompt)
 
     def render(self, messages: Sequence[dict[str, str]]) -> str:
         after = self._render([*_DUMMY, *messages], generation_prompt=True)
@@ -88,11 +86,8 @@ def check_template(tokenizer, template: ChatTemplate, eos_text: str) -> str | No
     3. ``[user, assistant]`` is a prefix of ``[user, assistant, tool, assistant]``: adding turns never
        rewrites earlier ones (templates that drop earlier reasoning fail here).
     """
-    extra = {"chat_template": template.source} if template.mode == "file" else {}
-
     def render(messages, generation_prompt):
-        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=generation_prompt,
-                                             **extra)
+        return apply_template(tokenizer, template, messages, generation_prompt=generation_prompt)
 
     try:
         prompt = render(_DUMMY[:1], True)
