@@ -112,6 +112,8 @@ def test_quickstart_with_a_learned_reward_model_runs_end_to_end(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["pairwise_accuracy"] >= 0.9, summary  # the reward model ranks held-out pairs well
+    # its own greedy answers (seeds 0-2, the full run: 0.856, 0.728, 0.706) beat the SFT model's (0.498, 0.368, 0.354)
+    assert summary["reward_model_greedy_accuracy"] >= summary["gold_accuracy_before"] + 0.10, summary
     assert 0 <= summary["gold_accuracy_before"] <= 1 and 0 <= summary["gold_accuracy_after"] <= 1
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert all("gold/accuracy" in r and "proxy/reward" in r for r in records if r["step"] > 0)

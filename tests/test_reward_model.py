@@ -231,6 +231,32 @@ def test_logprob_head_learns(tiny_model, tmp_path):
     assert r.item() < 0  # a sum of log-probabilities
 
 
+def test_logprob_head_nll_anchor_keeps_the_chosen_answers_likely(tiny_model, tmp_path):
+    """Bradley-Terry fixes only r_w - r_l; loss.nll_coef also raises the chosen log-probs themselves."""
+    from rlvr.modeling.loading import load_tokenizer
+    from rlvr.rollout.preferences import load_preferences
+
+    data = _easy_pairs(tmp_path / "p.jsonl", n=160)
+    chosen_logp = {}
+    for coef in (0.0, 1.0):
+        config = _rm_config(tmp_path / str(coef), tiny_model, data, head="logprob", train__epochs=1, eval={"every": 0},
+                            loss={"nll_coef": coef})
+        summary = train_rm.train(config)
+        assert summary["pairwise_accuracy"] >= 0.9
+        logged = [r for r in read_metrics(tmp_path / str(coef) / "rm" / "metrics.jsonl") if "train/loss" in r]
+        assert ("train/nll_chosen" in logged[-1]) == bool(coef)
+        rm = RewardModel(tmp_path / str(coef) / "rm" / "final")
+        tokenizer = load_tokenizer(tmp_path / str(coef) / "rm" / "final")
+        pairs = tokenize_pairs(tokenizer, load_preferences(str(data))[:40])
+        chosen_logp[coef] = rm.score([p.prompt for p in pairs], [p.chosen for p in pairs]).mean().item()
+    assert chosen_logp[1.0] > chosen_logp[0.0] + 1.0
+
+
+def test_nll_coef_needs_the_logprob_head(tiny_model, tmp_path):
+    with pytest.raises(ValueError, match="loss.nll_coef: 0.5 needs head: logprob"):
+        _rm_config(tmp_path, tiny_model, _easy_pairs(tmp_path / "p.jsonl", n=8), loss={"nll_coef": 0.5})
+
+
 def test_resume_continues_exactly(tiny_model, tmp_path):
     data = _easy_pairs(tmp_path / "p.jsonl", n=96)
     full = train_rm.train(_rm_config(tmp_path / "a", tiny_model, data, train__epochs=1, eval={"every": 0},

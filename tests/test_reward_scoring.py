@@ -406,6 +406,7 @@ def test_quickstart_reward_model_wires_its_stages(tmp_path, monkeypatch, capsys)
     (each stage replaced by a stub that records what it was given)."""
     import rlvr.modeling.tiny
     import rlvr.recipes
+    import rlvr.recipes.quickstart
     import rlvr.recipes.sft
     import rlvr.recipes.train_rm
     import rlvr.rollout.preferences
@@ -413,7 +414,8 @@ def test_quickstart_reward_model_wires_its_stages(tmp_path, monkeypatch, capsys)
 
     seen = {}
     monkeypatch.setattr(rlvr.modeling.tiny, "build_tiny_model", lambda path, seed: seen.setdefault("base", path))
-    monkeypatch.setattr(rlvr.recipes.sft, "train", lambda config, **_: {"steps": 7, "eval_accuracy": 0.3})
+    monkeypatch.setattr(rlvr.recipes.sft, "train",
+                        lambda config, **_: seen.setdefault("sft", config) and {"steps": 7, "eval_accuracy": 0.4})
 
     def preferences(model, task, out, **kwargs):
         seen["preferences"] = (model, task, out, kwargs)
@@ -431,16 +433,25 @@ def test_quickstart_reward_model_wires_its_stages(tmp_path, monkeypatch, capsys)
     monkeypatch.setattr(rlvr.rollout.preferences, "build_preferences", preferences)
     monkeypatch.setattr(rlvr.recipes.train_rm, "train", train_rm)
     monkeypatch.setattr(rlvr.recipes, "train", train_rl)
+    monkeypatch.setattr(rlvr.recipes.quickstart, "head_greedy_accuracy",
+                        lambda model, config: seen.setdefault("head", (model, config)) and 0.61)
     assert main(["quickstart", "--reward-model", "--out", str(tmp_path), "--seed", "3", "--steps", "5", "--no-progress"]) == 0
+    assert seen["sft"].eval.stop_at_accuracy == 0.4  # further than the verifier quickstart's 0.3 (RM_SFT_STOP)
     model, task, out, kwargs = seen["preferences"]
     assert model == str(tmp_path / "sft" / "final") and task == "arithmetic" and kwargs["options"]["max_digits"] == 3
     assert seen["rm"].data.path == str(out) and seen["rm"].model.path == model and seen["rm"].head == "logprob"
+    # the settings that made seed 1 gain (docs/reward-models.md): more pairs, the chosen answers kept likely
+    assert kwargs["pairs_per_prompt"] == 4 and seen["rm"].loss.nll_coef == 1.0
     rl = seen["rl"]
     assert rl.reward_model.path == str(tmp_path / "rm" / "final") and rl.train.steps == 5 and rl.train.seed == 3
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["pairwise_accuracy"] == 0.93 and summary["gold_accuracy_after"] == 0.5 and "wall_s" in summary
+    # the reward model's own greedy answers, on the RL stage's held-out problems: where GRPO against it heads
+    assert seen["head"][0] == tmp_path / "rm" / "final" and seen["head"][1].eval.limit == rl.eval.limit
+    assert summary["reward_model_greedy_accuracy"] == 0.61
     printed = capsys.readouterr().out
     assert "[5/5] GRPO against the reward model" in printed and "gold-vs-proxy alarm: never fired" in printed
+    assert "the reward model's own greedy answers: accuracy 0.610 on the 500 held-out problems" in printed
 
 
 def test_a_run_says_at_start_that_the_reward_model_is_the_reward(tmp_path):

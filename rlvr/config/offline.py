@@ -144,6 +144,9 @@ class PreferenceTrainConfig(ProcessConfig):
 class RewardLossConfig(Section):
     margin: float = Field(0.0, description="the chosen must outscore the rejected by this much: -log sigmoid(r_w - r_l - m)")
     center_coef: float = Field(0.0, ge=0, description="reward centering, + c * mean((r_w + r_l)^2); keeps scores near 0")
+    nll_coef: float = Field(0.0, ge=0, description="logprob head only: + this times the NLL per token of the chosen "
+                            "completions, which keeps their log-probs from falling (Bradley-Terry fixes only differences), "
+                            "so the head's own most likely answer, the one RL against it drifts to, improves with its ranking")
 
 
 class RewardModelEvalConfig(Section):
@@ -171,6 +174,9 @@ class RewardModelConfig(Section):
     @model_validator(mode="after")
     def _check(self) -> "RewardModelConfig":
         _check_preference_run(self)
+        if self.loss.nll_coef and self.head != "logprob":
+            raise ValueError(f"loss.nll_coef: {self.loss.nll_coef} needs head: logprob (a score head has no "
+                             "completion log-probs); set it to 0 or use the logprob head")
         return self
 
 

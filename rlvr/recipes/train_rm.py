@@ -2,6 +2,9 @@
 
     P(chosen > rejected | prompt) = sigmoid(r(x, y_w) - r(x, y_l)),   L = -log sigmoid(r_w - r_l - margin)
 
+With the logprob head, ``loss.nll_coef`` adds the chosen completions' NLL per token: Bradley-Terry
+fixes only differences of log-probs, and the anchor keeps the chosen answers likely (docs/reward-models.md).
+
 The heads, loading and saving are in ``rlvr/modeling/reward_model.py``. Under ``torchrun`` each rank
 scores every world-size-th pair of each optimizer step's batch (the loss weighted by its share of the
 global batch), gradients are summed across ranks before the step, and rank 0 alone evaluates,
@@ -67,6 +70,7 @@ def train(config: RewardModelConfig, *, resume: bool = False, overwrite: bool = 
                                      run.checkpoint / "model" if whole_checkpoint else None)
         model = shard_for_run(model, config.model.dtype, run.checkpoint, shard=shard, offload=config.train.cpu_offload)
         score, pad_id, margin = HEADS[config.head], tokenizer.pad_token_id, config.loss.margin
+        nll_coef = config.loss.nll_coef
         total = pair_steps(config.train, len(train_data))
         optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, total)
         run.panels = PANELS
@@ -84,6 +88,10 @@ def train(config: RewardModelConfig, *, resume: bool = False, overwrite: bool = 
             """The Bradley-Terry loss of a micro-batch of pairs and its stats."""
             r = score(model, [p.prompt for p in mb] * 2, [p.chosen for p in mb] + [p.rejected for p in mb], pad_id)
             loss, stats = bradley_terry_loss(r[: len(mb)], r[len(mb) :], margin or None, config.loss.center_coef)
+            if nll_coef:  # logprob head: r is the chosen completion's summed log-prob
+                nll = -r[: len(mb)].sum() / sum(len(p.chosen) for p in mb)
+                loss = loss + nll_coef * nll
+                stats["nll_chosen"] = nll.item()
             return loss, {"loss": loss.item(), **stats}
 
         before, after = fit_pairs(run, train_data, pair_loss, model, optimizer, scheduler, measure=held_out,
