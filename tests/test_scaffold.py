@@ -50,10 +50,10 @@ def _weights(folder):
     return load_file(str(folder / "model.safetensors"))
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def default_sigint():
-    """SIGINT at Python's default handler for the test, whatever earlier tests in this process left there
-    (CI once found it ignored, SIG_IGN, by the time this test ran), and as it was afterwards."""
+    """SIGINT at Python's default handler for the test, and as it was afterwards: a pytest started as a
+    background job of a non-interactive shell (as CI starts it) inherits SIGINT ignored, and keeps it so."""
     before = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
@@ -61,7 +61,7 @@ def default_sigint():
 
 
 def test_ctrl_c_saves_the_step_says_how_to_resume_and_the_resume_ends_where_an_unbroken_run_ends(
-        tiny_model, tmp_path, monkeypatch, default_sigint):
+        tiny_model, tmp_path, monkeypatch):
     sft.train(_sft_config(tmp_path / "whole", tiny_model))
     _signal_at(monkeypatch, sft, 3)
     fds = len(os.listdir("/proc/self/fd"))
@@ -82,6 +82,24 @@ def test_ctrl_c_saves_the_step_says_how_to_resume_and_the_resume_ends_where_an_u
     assert [r["train/loss"] for r in cut] == [r["train/loss"] for r in whole]
     a, b = _weights(tmp_path / "whole" / "final"), _weights(tmp_path / "cut" / "final")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_signal_inherited_ignored_stays_ignored_while_a_run_listens():
+    """`rlvr train ... &` from a script: the shell starts it with SIGINT ignored, so that a Ctrl-C meant
+    for the foreground program does not stop it; the run keeps it ignored and still listens for SIGTERM."""
+    from rlvr.recipes.scaffold import _Signals
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with _Signals().installed(print):
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert callable(signal.getsignal(signal.SIGTERM))
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == before[signal.SIGTERM]
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def test_a_second_ctrl_c_aborts_at_once_and_names_the_last_checkpoint(tiny_model, tmp_path, monkeypatch):

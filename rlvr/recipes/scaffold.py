@@ -234,7 +234,9 @@ class Run:
 class _Signals:
     """SIGINT / SIGTERM while a loop runs: the first asks the run to stop after its current step, a
     second SIGINT aborts at once (KeyboardInterrupt). Only the main thread can take signals; a loop
-    run from another thread keeps Python's defaults."""
+    run from another thread keeps Python's defaults. A signal the process inherited ignored stays
+    ignored: a non-interactive shell starts its background jobs (``cmd &``) with SIGINT ignored, so a
+    Ctrl-C meant for the foreground program must not stop them (Python itself keeps it ignored too)."""
 
     def __init__(self):
         self.requested = False
@@ -244,7 +246,8 @@ class _Signals:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {sig: handler for sig in (signal.SIGINT, signal.SIGTERM)
+                    if (handler := signal.getsignal(sig)) is not signal.SIG_IGN}
 
         def ask(signum, frame):
             if self.requested and signum == signal.SIGINT:
