@@ -2,6 +2,7 @@
 
     python benchmarks/long_logprobs.py [--shape smollm2-4l|vocab152k-4l ...] [--tokens 1024 ...]
                                        [--rows 16] [--variant auto/chunked ...] [--threads 2]
+                                       [--device cuda --dtype bfloat16]
 
 One pass of the policy update (``completion_logprobs`` and the backward of their sum) on a random
 model of real width, each variant in its own fresh process (so that peak memory is the pass's own),
@@ -70,8 +71,11 @@ class PeakMemory:
         return self.peak - self.base
 
 
-def one_pass(shape: str, tokens: int, rows: int, variant: str, frozen_head: bool = False, group: int = 8) -> dict:
-    """Build the model and batch, run one forward+backward, return its time and peak memory."""
+def one_pass(shape: str, tokens: int, rows: int, variant: str, frozen_head: bool = False, group: int = 8,
+             device: str = "cpu", dtype: str = "float32") -> dict:
+    """Build the model and batch, run one forward+backward, return its time and peak memory. On a GPU
+    one untimed pass comes first (kernel selection), and peak memory is CUDA's allocator peak above
+    what the model and batch took."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -98,6 +102,8 @@ def one_pass(shape: str, tokens: int, rows: int, variant: str, frozen_head: bool
     ids = torch.cat([prompts.repeat_interleave(group, 0),
                      torch.randint(3, config.vocab_size, (rows, tokens), generator=generator)], dim=1)
     mask = torch.ones_like(ids)
+    if device != "cpu":
+        return _gpu_pass(model.to(device=device, dtype=getattr(torch, dtype)), ids.to(device), mask.to(device), tokens)
     with PeakMemory() as memory:
         start = time.perf_counter()
         logp, _ = completion_logprobs(model, ids, mask, tokens)
@@ -105,6 +111,28 @@ def one_pass(shape: str, tokens: int, rows: int, variant: str, frozen_head: bool
         seconds = time.perf_counter() - start
     return {"seconds": seconds, "peak_bytes": memory.extra, "logp_sum": float(logp.sum()),
             "grad_norm": float(torch.linalg.vector_norm(model.model.norm.weight.grad))}
+
+
+def _gpu_pass(model, ids, mask, tokens: int) -> dict:
+    import torch
+
+    from rlvr.modeling.logprobs import completion_logprobs
+
+    logp, _ = completion_logprobs(model, ids, mask, tokens)  # untimed: kernel selection, allocator warm-up
+    logp.sum().backward()
+    model.zero_grad(set_to_none=True)
+    del logp
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    start = time.perf_counter()
+    logp, _ = completion_logprobs(model, ids, mask, tokens)
+    logp.sum().backward()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "peak_bytes": torch.cuda.max_memory_allocated() - base,
+            "logp_sum": float(logp.float().sum()), "grad_norm": float(torch.linalg.vector_norm(
+                model.model.norm.weight.grad.float()))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     parser.add_argument("--frozen-head", action="store_true",
                         help="freeze the output layer (tied: and the embedding), as LoRA does")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda: the pass on a GPU (default cpu)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="the model's dtype on a GPU (default float32; the CPU pass is float32)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.group < 1 or args.rows % args.group:
@@ -128,19 +159,22 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
         shape, tokens, variant = args.child.split(",")
-        print(json.dumps(one_pass(shape, int(tokens), args.rows, variant, args.frozen_head, args.group)))
+        print(json.dumps(one_pass(shape, int(tokens), args.rows, variant, args.frozen_head, args.group,
+                                  args.device, args.dtype)))
         return 0
     for shape in args.shape or sorted(SHAPES):
         for tokens in args.tokens or [1024]:
             logits_gb = args.rows * tokens * SHAPES[shape] * 4 / 1e9
             print(f"\n{shape}, {args.rows} rows in groups of {args.group} x ({PROMPT}-token prompt + {tokens} completion tokens), "
-                  f"{args.threads} threads; whole float32 logits {logits_gb:.2f} GB"
+                  + (f"{args.device} {args.dtype}" if args.device != "cpu" else f"{args.threads} threads")
+                  + f"; whole float32 logits {logits_gb:.2f} GB"
                   + ("; output layer frozen" if args.frozen_head else ""))
             results: dict[str, list[dict]] = {}
             for _ in range(args.rounds):
                 for variant in args.variant or VARIANTS:
                     child = [sys.executable, __file__, "--child", f"{shape},{tokens},{variant}", "--rows",
-                             str(args.rows), "--group", str(args.group), "--threads", str(args.threads)] \
+                             str(args.rows), "--group", str(args.group), "--threads", str(args.threads),
+                             "--device", args.device, "--dtype", args.dtype] \
                         + ["--frozen-head"] * args.frozen_head
                     done = subprocess.run(child, capture_output=True, text=True)
                     if done.returncode:
