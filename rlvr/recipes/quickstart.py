@@ -193,9 +193,9 @@ def head_greedy_accuracy(model: Path, config: RunConfig) -> float:
     """Greedy accuracy of a causal-LM folder (a ``logprob``-head reward model) on ``config``'s held-out
     evaluation: the RL stage's own problems, prompts and budget. A policy trained against a log-prob
     reward drifts to that model's most likely answers, so this is about where it ends up."""
-    from rlvr.engines import SamplingParams, build_engine
+    from rlvr.engines import build_engine
     from rlvr.modeling.loading import load_policy, load_tokenizer
-    from rlvr.rollout.evaluate import evaluate
+    from rlvr.rollout.evaluate import evaluate_suites
     from rlvr.rollout.suites import PromptEncoder, load_eval_suites
     from rlvr.run.runtime import resolve_device
     from rlvr.verifiers.runner import VerifierRunner
@@ -203,10 +203,10 @@ def head_greedy_accuracy(model: Path, config: RunConfig) -> float:
     suites = load_eval_suites(config)
     tokenizer = load_tokenizer(model)
     policy = load_policy(str(model), device=str(resolve_device(config.train.device, "train.device"))).eval()
-    sampling = SamplingParams(max_new_tokens=config.eval.max_new_tokens or config.generation.max_new_tokens, greedy=True)
-    with VerifierRunner(workers=0) as runner:
-        return evaluate(build_engine("hf", policy, tokenizer), PromptEncoder.for_suites(tokenizer, suites),
-                        next(iter(suites.values())), runner, sampling=sampling).accuracy
+    with VerifierRunner(workers=0) as runner:  # the run's own evaluation, as its step 0 measures the policy
+        return evaluate_suites(build_engine("hf", policy, tokenizer), PromptEncoder.for_suites(tokenizer, suites),
+                               suites, runner, eval_config=config.eval, generation=config.generation,
+                               verifier=config.verifier)["eval/accuracy"]
 
 
 def _tool_metrics(metrics_file: Path) -> dict[str, float]:
