@@ -55,6 +55,7 @@ class Mutant:
 # ---------------------------------------------------------------------------------------------
 
 ALG = "tests/test_algorithms.py::"
+RANKS = "tests/test_batch_advantages_over_ranks.py::"
 CRITIC = "tests/test_critic.py::"
 PRESETS = "tests/test_presets.py::"
 PREF = "tests/test_preference_losses.py::"
@@ -109,9 +110,12 @@ MUTANTS: list[Mutant] = [
            tests=(PRESET_ADV,)),
     Mutant("rloo-includes-self", f"{ADV}:rloo_advantages", "baseline = (total - r) / (count - 1).clamp(min=1)",
            "baseline = total / count.clamp(min=1)", tests=(ALG + "test_rloo_leave_one_out_by_hand",)),
-    Mutant("reinforce_pp-group-mean", f"{ADV}:reinforce_pp_advantages", "mean = (r * valid).sum() / n",
-           "mean = (r * valid).sum(dim=1, keepdim=True) / valid.sum(dim=1, keepdim=True).clamp(min=1)",
-           tests=(ALG + "test_reinforce_pp_normalises_over_the_whole_batch",)),
+    Mutant("reinforce_pp-group-z-score", f"{ADV}:reinforce_pp_advantages", "batch_z_score(rewards.float(), valid, all_sum)",
+           "grpo_advantages(rewards, valid)", tests=(ALG + "test_reinforce_pp_normalises_over_the_whole_batch",)),
+    Mutant("batch-z-score-rank-mean", f"{ADV}:batch_z_score", "n, total = all_sum(", "n, total = _local(",
+           tests=(RANKS + "test_batch_estimators_give_two_ranks_the_advantages_of_one_process",)),
+    Mutant("batch-z-score-rank-std", f"{ADV}:batch_z_score", "square = all_sum(", "square = _local(",
+           tests=(RANKS + "test_batch_estimators_give_two_ranks_the_advantages_of_one_process",)),
     # ---- aggregation ---------------------------------------------------------------------------------
     Mutant("token_mean-no-mask", f"{LOSSES}:token_mean", "(values * mask).sum()", "values.sum()",
            tests=(PRESET_LOSS,)),

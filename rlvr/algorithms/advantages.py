@@ -28,6 +28,36 @@ ADVANTAGE_ESTIMATORS: Registry[GroupEstimator] = Registry(
 
 EPS = 1e-6
 
+#: Adds a tensor of statistics over the ranks of a data-parallel step (``Distributed.sum_tensor``); an
+#: estimator that normalises over the whole batch takes it as ``all_sum`` (see :func:`over_the_batch`).
+AllSum = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _local(stats: torch.Tensor) -> torch.Tensor:
+    return stats  # one process holds the whole batch
+
+
+def over_the_batch(estimator):
+    """Mark an estimator whose statistics span the whole batch, not one group: it takes ``all_sum``, and a
+    data-parallel step passes the ranks' sum, so every rank normalises by the whole batch's statistics
+    and two ranks give each sample the advantage one process gives it. (Group estimators need nothing:
+    whole groups stay on one rank.)"""
+    estimator.over_the_batch = True
+    return estimator
+
+
+def batch_z_score(values: torch.Tensor, real: torch.Tensor, all_sum: AllSum = _local) -> torch.Tensor:
+    """``(x - mean) / (std + eps)`` over the ``real`` entries of the whole batch (unbiased std), 0 elsewhere.
+    The sums are float64 and added over ranks by ``all_sum``: the count and total first, then the squared
+    deviations from the global mean (two passes, as one process computes them)."""
+    x = values.double()
+    n, total = all_sum(torch.stack([real.sum().double(), (x * real).sum()]))
+    mean = total / n.clamp(min=1)
+    square = all_sum((((x - mean) ** 2) * real).sum().reshape(1))[0]
+    std = (square / (n - 1).clamp(min=1)).sqrt()
+    adv = ((x - mean) / (std + EPS)).to(values.dtype)
+    return torch.where(real, adv, torch.zeros_like(adv))
+
 
 def _masked_group_mean(rewards: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-group mean over valid samples and the number of valid samples, both ``[P, 1]``."""
@@ -78,25 +108,20 @@ def rloo_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None) ->
 
 
 @ADVANTAGE_ESTIMATORS.register("reinforce_pp")
-def reinforce_pp_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+@over_the_batch
+def reinforce_pp_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None, *,
+                            all_sum: AllSum = _local) -> torch.Tensor:
     """REINFORCE++: rewards z-scored over the whole batch, A_i = (r_i - mean_B(r)) / (std_B(r) + eps).
 
     The global baseline and scale are steadier than per-group statistics when groups are small.
+    ``all_sum`` adds the batch statistics over the ranks that each hold a part of the batch.
     """
     valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
-    r = rewards.float()
-    n = valid.sum().clamp(min=1)
-    mean = (r * valid).sum() / n
-    var = (((r - mean) ** 2) * valid).sum() / (n - 1).clamp(min=1)
-    adv = (r - mean) / (var.sqrt() + EPS)
-    return torch.where(valid, adv, torch.zeros_like(adv))
-
-
-
+    return batch_z_score(rewards.float(), valid, all_sum)
 
 
 def token_return_advantages(scores: torch.Tensor, dense: torch.Tensor, mask: torch.Tensor,
-                            valid: torch.Tensor | None = None) -> torch.Tensor:
+                            valid: torch.Tensor | None = None, *, all_sum: AllSum = _local) -> torch.Tensor:
     """REINFORCE++ with rewards on the way (a PRM's step rewards): each token's return-to-go, z-scored
     over the batch's real tokens, ``[N, T]``:
 
@@ -106,7 +131,8 @@ def token_return_advantages(scores: torch.Tensor, dense: torch.Tensor, mask: tor
     A token is credited with the step rewards still ahead of it, so the tokens of a step judged wrong
     (and the steps before it) carry its penalty and the steps after it do not. With ``dense = 0`` every
     token of a sample has the same return, the sequence-level estimator weighted by length.
-    ``scores [N]``, ``dense [N, T]``, ``mask [N, T]`` (1 on real response tokens), ``valid [N]``.
+    ``scores [N]``, ``dense [N, T]``, ``mask [N, T]`` (1 on real response tokens), ``valid [N]``;
+    ``all_sum`` as in :func:`reinforce_pp_advantages`.
     """
     real = mask.bool()
     if valid is not None:
@@ -114,8 +140,4 @@ def token_return_advantages(scores: torch.Tensor, dense: torch.Tensor, mask: tor
     d = torch.where(mask.bool(), dense.float(), 0.0)
     to_go = d.flip(1).cumsum(dim=1).flip(1)  # [N, T] sum_{s >= t} dense_s
     g = scores.float().reshape(-1, 1) + to_go
-    n = real.sum().clamp(min=1)
-    mean = (g * real).sum() / n
-    var = (((g - mean) ** 2) * real).sum() / (n - 1).clamp(min=1)
-    adv = (g - mean) / (var.sqrt() + EPS)
-    return torch.where(real, adv, torch.zeros_like(adv))
+    return batch_z_score(g, real, all_sum)

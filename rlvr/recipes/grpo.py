@@ -73,9 +73,12 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             if getattr(run.scorer, "token_level", False):  # REINFORCE++ with a PRM's step rewards: A [N, T]
                 steps = step_reward_tensor(trained, batch.completion_len, config.process_reward).to(device)
                 batch.advantages = token_return_advantages(scores.flatten().to(device), steps, batch.response_mask,
-                                                           trained_samples.valid.flatten().to(device))
+                                                           trained_samples.valid.flatten().to(device),
+                                                           all_sum=run.dist.sum_tensor)
             else:
-                batch.advantages = ADVANTAGE_ESTIMATORS[algo.advantage](scores, trained_samples.valid).flatten().to(device)
+                estimator = ADVANTAGE_ESTIMATORS[algo.advantage]  # batch statistics: over every rank's groups
+                over_ranks = {"all_sum": run.dist.sum_tensor} if getattr(estimator, "over_the_batch", False) else {}
+                batch.advantages = estimator(scores, trained_samples.valid, **over_ranks).flatten().to(device)
             keep = (trained_samples.valid.float() * trained_samples.loss_weight).flatten().to(device)
             batch.response_mask = batch.response_mask * keep[:, None]
 

@@ -213,9 +213,17 @@ class Distributed:
         """``value`` added over all ranks."""
         if self.world_size == 1:
             return value
-        tensor = torch.tensor([float(value)], dtype=torch.float64)
+        tensor = torch.tensor([float(value)], dtype=torch.float64, device=collective_device())
         torch.distributed.all_reduce(tensor)
         return float(tensor.item())
+
+    def sum_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` (a few statistics) added over all ranks, returned on its own device."""
+        if self.world_size == 1:
+            return tensor
+        summed = tensor.detach().to(collective_device(), copy=True)
+        torch.distributed.all_reduce(summed)
+        return summed.to(tensor.device)
 
     def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Add every parameter's gradient over all ranks (one collective, a flat buffer)."""
@@ -252,9 +260,33 @@ class Distributed:
             torch.distributed.barrier()
 
 
+def collective_device() -> torch.device:
+    """Where a bookkeeping collective's tensor must live for the default process group: the CPU when the
+    group has a CPU backend (every group rlvr makes, :func:`process_group_backend`), else the group's
+    own device (a group made elsewhere as plain ``"nccl"``: the current GPU)."""
+    types = [d.type for d in torch.distributed.distributed_c10d._get_default_group()._device_types]
+    if not types or "cpu" in types:
+        return torch.device("cpu")
+    return torch.device(types[0], torch.cuda.current_device()) if types[0] == "cuda" else torch.device(types[0])
+
+
+def process_group_backend(device: torch.device) -> str:
+    """The backend map of a run's process group on ``device``: gloo for CPU tensors always, and NCCL for
+    CUDA tensors on a GPU.
+
+    A group made as plain ``"nccl"`` has no backend for CPU tensors, and rlvr's bookkeeping collectives
+    (:meth:`Distributed.sum` of counts, the lockstep pass count, the Ctrl-C vote, the object gathers of
+    metrics and RNG states) hold a few CPU numbers: each would fail with "No backend type associated
+    with device type cpu". With both in the map every collective finds a backend for its tensor's
+    device, by construction: gradients and FSDP2's all-gathers (CUDA) go through NCCL, the bookkeeping
+    (a few bytes) through gloo, and object collectives pick the CPU (``_get_object_coll_device``)."""
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+
+
 def init_distributed(device: str = "auto") -> Distributed:
     """Join the run ``torchrun`` started (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` in the environment):
-    gloo on CPUs, nccl on GPUs, one GPU per local rank. Without torchrun: a single process."""
+    one GPU per local rank, a process group with gloo for CPU tensors and, on GPUs, NCCL for CUDA
+    tensors (:func:`process_group_backend`). Without torchrun: a single process."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     resolved = resolve_device(device)
     if world_size == 1:
@@ -264,5 +296,5 @@ def init_distributed(device: str = "auto") -> Distributed:
         resolved = torch.device("cuda", local_rank)
         torch.cuda.set_device(resolved)
     if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if resolved.type == "cuda" else "gloo")
+        torch.distributed.init_process_group(process_group_backend(resolved))
     return Distributed(rank=rank, local_rank=local_rank, world_size=world_size, device=resolved)

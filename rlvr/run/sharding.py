@@ -30,6 +30,8 @@ import weakref
 
 import torch
 
+from rlvr.run.runtime import collective_device
+
 #: An unsharded copy of each sharded model's structure, its parameters on the meta device (no memory)
 #: and its buffers real (rotary tables are not in a state dict): what :func:`whole_copy` fills in.
 _BLUEPRINTS: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
@@ -84,7 +86,7 @@ def lockstep_passes(model, count: int) -> int:
     rank must make as many; a rank with fewer repeats a pass and discards it)."""
     if not is_sharded(model):
         return count
-    most = torch.tensor([count], dtype=torch.float64)
+    most = torch.tensor([count], dtype=torch.float64, device=collective_device())
     torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
     return int(most.item())
 
