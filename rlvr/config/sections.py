@@ -68,7 +68,9 @@ class LoraConfig(Section):
 
 class ModelConfig(Section):
     path: str = Field("", description="local Hugging Face model folder (e.g. one made by the tiny-model builder)")
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="the compute dtype; weights that train stay float32 (master weights, "
+        "rlvr/modeling/precision.py); float16 is refused (it needs loss scaling)")
     lora: Optional[LoraConfig] = Field(None, description="train LoRA adapters instead of all weights")
     gradient_checkpointing: bool = False
     forward: Literal["auto", "hf"] = Field(
@@ -78,6 +80,16 @@ class ModelConfig(Section):
         256, ge=0, description="the most memory (MiB) one chunk of float32 logits may take in a log-prob pass: longer "
         "passes compute log-probs a chunk of tokens at a time and recompute each chunk's logits in the backward "
         "(rlvr/modeling/chunked_logprobs.py); 0: whole logits at once")
+
+
+    @field_validator("dtype")
+    @classmethod
+    def _trainable_dtype(cls, value: str) -> str:
+        if value == "float16":  # the reason: rlvr/modeling/precision.py
+            raise ValueError("float16 training needs loss scaling (its gradients and Adam's second moments "
+                             "underflow), which rlvr does not do; use bfloat16 (bf16 compute with float32 master "
+                             "weights) or float32")
+        return value
 
 
 class TaskConfig(Section):

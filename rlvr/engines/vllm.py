@@ -86,6 +86,7 @@ class VLLMEngine:
         seed: int = 0,
     ):
         from rlvr.modeling.loading import context_length, is_lora
+        from rlvr.modeling.precision import compute_dtype
 
         if lora_sync not in ("merge", "adapter"):
             raise ValueError(f"engine option lora_sync must be 'merge' or 'adapter', got {lora_sync!r}")
@@ -114,7 +115,8 @@ class VLLMEngine:
         self._asleep = False
         self.sleep_mode = sleep_mode
         self.llm = _start_llm(
-            path=str(path), dtype=str(base.dtype).removeprefix("torch."), max_num_seqs=max_batch_size,
+            # the compute dtype, not the float32 master weights' or shards' (modeling/precision.py)
+            path=str(path), dtype=str(compute_dtype(model)).removeprefix("torch."), max_num_seqs=max_batch_size,
             gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
             enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len or context_length(path),
             sleep_mode=sleep_mode, enforce_eager=enforce_eager, kv_cache_gib=kv_cache_gib, seed=seed,

@@ -19,6 +19,7 @@ import torch
 
 from rlvr.modeling.forward_choice import choose_forward
 from rlvr.modeling.logprobs import DEFAULT_LOGITS_CHUNK_MB, set_logits_chunk
+from rlvr.modeling.precision import compute_dtype, set_compute_dtype, weights_dtype
 from rlvr.run.sharded_checkpoint import SHARDED, has_sharded_part, load_sharded_model
 from rlvr.run.sharding import is_sharded, shard_model, whole_copy, whole_zeros
 from rlvr.verifiers.errors import MissingFileError
@@ -112,6 +113,13 @@ def load_policy(
 
     model = AutoModelForCausalLM.from_pretrained(str(check_model_folder(path)), dtype=resolve_dtype(dtype)).to(device)
     _choose_passes(model, forward, logits_chunk_mb)
+    return _training_form(model, lora=lora, gradient_checkpointing=gradient_checkpointing, adapter_path=adapter_path)
+
+
+def _training_form(model, *, lora: dict[str, Any] | None, gradient_checkpointing: bool,
+                   adapter_path: str | Path | None):
+    """``model`` in train mode, checkpointing its activations if asked, wrapped with LoRA adapters when
+    ``lora`` is given (new ones, or those saved at ``adapter_path``)."""
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
@@ -138,9 +146,11 @@ def load_run_policy(model_config, device, checkpoint: Path | None, *, shard: boo
     checkpoint's ``model/`` when resuming (for LoRA: the base from ``model.path``, the adapters from
     the checkpoint).
 
-    ``shard``: FSDP2-shard it over the ranks (``train.strategy: fsdp2``; every rank calls this). Its
-    shards are float32 and a lower ``model.dtype`` is the compute dtype (bf16 all-gathers, float32
-    gradient reduction); a checkpoint's weights come from its shards (``sharded/policy``)."""
+    ``model.dtype`` is the compute dtype; weights that train are float32 (:mod:`rlvr.modeling.precision`):
+    all weights of a full fine-tune, under autocast on one process or ``ddp``. ``shard``: FSDP2-shard it
+    over the ranks (``train.strategy: fsdp2``; every rank calls this), float32 shards with bf16
+    all-gathers and float32 gradient reduction; a checkpoint's weights come from its shards
+    (``sharded/policy``)."""
     lora = model_config.lora.model_dump() if model_config.lora is not None else None
     sharded_checkpoint = checkpoint is not None and has_sharded_part(checkpoint)
     if checkpoint is None or sharded_checkpoint:
@@ -149,36 +159,51 @@ def load_run_policy(model_config, device, checkpoint: Path | None, *, shard: boo
         path, adapter = Path(checkpoint) / "model", None
     else:
         path, adapter = model_config.path, Path(checkpoint) / "model"
-    dtype = "float32" if shard else model_config.dtype
-    policy = load_policy(path, dtype=dtype, device=str(device), lora=lora,
-                         gradient_checkpointing=model_config.gradient_checkpointing, adapter_path=adapter,
-                         forward=model_config.forward, logits_chunk_mb=model_config.logits_chunk_mb)
-    return shard_for_run(policy, model_config.dtype, checkpoint, shard=shard, offload=offload)
+    from rlvr.modeling.sharded_loading import load_sharded
+
+    load = load_sharded if shard else load_policy  # sharded: never whole on the device (modeling/sharded_loading.py)
+    policy = load(path, dtype=weights_dtype(model_config.dtype, trains_all_weights=shard or lora is None),
+                  device=str(device), lora=lora, gradient_checkpointing=model_config.gradient_checkpointing,
+                  adapter_path=adapter, forward=model_config.forward, logits_chunk_mb=model_config.logits_chunk_mb,
+                  **({"param_dtype": resolve_dtype(model_config.dtype), "offload": offload} if shard else {}))
+    return shard_for_run(policy, model_config.dtype, checkpoint, shard=shard, offload=offload,
+                         master_weights=lora is None)
 
 
 def shard_for_run(model, dtype: str, checkpoint: Path | None, *, shard: bool, offload: bool = False,
-                  name: str = "policy", layers=None):
+                  name: str = "policy", layers=None, master_weights: bool = False):
     """``model`` (float32 weights when ``shard``) FSDP2-sharded over the ranks with ``dtype`` as the compute
     dtype (``layers``: its units, see :func:`rlvr.run.sharding.shard_model`), its weights read from a
     sharded checkpoint's ``sharded/<name>`` when resuming from one; unchanged when not ``shard``. Every
-    rank calls this."""
-    if shard:
-        compute = resolve_dtype(dtype)
+    rank calls this. ``master_weights``: ``model`` holds float32 weights that all train, whose passes run
+    under autocast in ``dtype`` (:mod:`rlvr.modeling.precision`; a LoRA base is already in ``dtype``)."""
+    compute = resolve_dtype(dtype)
+    if shard and not is_sharded(model):  # (load_sharded loads a model into its shards)
         shard_model(model, param_dtype=None if compute == torch.float32 else compute, offload=offload, layers=layers)
+    if shard or master_weights:  # what its passes compute in and its engine serves
+        set_compute_dtype(model, compute)
     if checkpoint is not None and has_sharded_part(checkpoint):
         load_sharded_model(model, Path(checkpoint) / SHARDED / name)
     return model
 
 
 def generation_copy(policy, dtype: str, device):
-    """A whole copy of a sharded policy for the HF engine to generate from, on this rank, in ``dtype``:
-    the base architecture (a LoRA policy's adapters are merged into the weights the engine is sent),
-    its weights zero until the first push (``weight_sync: merged``). It costs one whole model per
-    rank, which the sharding saves during the update but not during generation."""
+    """A whole copy of a policy for the HF engine to generate from, on this rank, in ``dtype``: the base
+    architecture (a LoRA policy's adapters are merged into the weights the engine is sent), its weights
+    zero until the first push (``weight_sync: merged``). A sharded policy needs one (the HF engine cannot
+    decode from shards; it costs one whole model per rank, which the sharding saves during the update
+    but not during generation); so does a float32 master policy computing in bf16 (decoding from the
+    float32 weights would read twice the bytes per token: the copy costs half a float32 model)."""
     whole = whole_zeros(policy, device=device, dtype=resolve_dtype(dtype))
     if is_lora(whole):
         whole = whole.merge_and_unload()
     return whole.eval().requires_grad_(False)
+
+
+def needs_engine_copy(policy) -> bool:
+    """Whether the HF engine decodes from a :func:`generation_copy` of ``policy`` rather than the policy
+    itself: a sharded policy, or float32 master weights computing in a lower dtype."""
+    return is_sharded(policy) or compute_dtype(policy) != next(policy.parameters()).dtype
 
 
 def _choose_passes(model, forward: str, logits_chunk_mb: float) -> None:
@@ -201,15 +226,17 @@ class Reference:
                  forward: str = "auto", logits_chunk_mb: float = DEFAULT_LOGITS_CHUNK_MB):
         self.needed = needed
         self._frozen = None
-        if needed and not is_lora(policy):
+        if needed and not is_lora(policy) and is_sharded(policy):  # each rank holds 1/N of the reference too
+            from rlvr.modeling.sharded_loading import load_sharded
+
+            self._frozen = load_sharded(path, dtype=dtype, device=device, forward=forward,
+                                        logits_chunk_mb=logits_chunk_mb, frozen=True)
+        elif needed and not is_lora(policy):
             from transformers import AutoModelForCausalLM
 
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype)).to(device)
             _choose_passes(model, forward, logits_chunk_mb)
-            model = model.eval().requires_grad_(False)
-            if is_sharded(policy):  # sharded like the policy: each rank holds 1/N of the reference too
-                shard_model(model)
-            self._frozen = model
+            self._frozen = model.eval().requires_grad_(False)
         self._policy = policy
 
     @contextlib.contextmanager
@@ -270,20 +297,25 @@ def iter_inference_weights(policy, *, lora: str = "merge") -> Iterator[tuple[str
         return
     base = policy.get_base_model() if is_lora(policy) else policy
     lora_layers = _lora_layers(policy) if is_lora(policy) else {}
+    dtype = compute_dtype(policy)  # float32 master weights are sent as the engine serves them
     seen = set()
     for name, tensor in base.state_dict(keep_vars=True).items():
         if ".lora_" in name or "lora_magnitude_vector" in name:
             continue
         name = name.replace(".base_layer.", ".")
         seen.add(name)
-        yield name, _merged_weight(lora_layers[name]) if name in lora_layers else _gathered(tensor)
+        yield name, _merged_weight(lora_layers[name]).to(dtype) if name in lora_layers else _gathered(tensor, dtype)
     output = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
     if "lm_head.weight" not in seen and output is not None and getattr(output, "weight", None) is not None:
-        yield "lm_head.weight", _gathered(output.weight)
+        yield "lm_head.weight", _gathered(output.weight, dtype)
 
 
-def _gathered(tensor: torch.Tensor) -> torch.Tensor:
+def _gathered(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The whole of ``tensor`` (a DTensor shard is all-gathered), cast to ``dtype`` first (a float32 shard
+    gathers in bf16: half the traffic)."""
     tensor = tensor.detach()
+    if dtype is not None and tensor.is_floating_point():
+        tensor = tensor.to(dtype)
     return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor  # a DTensor shard -> the whole
 
 

@@ -27,6 +27,7 @@ import torch
 
 from rlvr.modeling.logprobs import collate_completions, completion_logprobs
 from rlvr.modeling.loading import check_model_folder, load_policy, load_tokenizer, resolve_dtype, save_final_model
+from rlvr.modeling.precision import autocast
 
 HEAD_FILE = "reward_model.json"
 
@@ -46,7 +47,8 @@ def score_head_rewards(model, prompts: Sequence[list[int]], completions: Sequenc
         ids[i, : len(s)] = torch.tensor(s)
         attention[i, : len(s)] = 1
     device = next(model.parameters()).device
-    return model(input_ids=ids.to(device), attention_mask=attention.to(device), use_cache=False).logits[:, 0].float()
+    with autocast(model):  # float32 master weights computing in model.dtype (rlvr/modeling/precision.py)
+        return model(input_ids=ids.to(device), attention_mask=attention.to(device), use_cache=False).logits[:, 0].float()
 
 
 def logprob_head_rewards(model, prompts: Sequence[list[int]], completions: Sequence[list[int]], pad_id: int) -> torch.Tensor:

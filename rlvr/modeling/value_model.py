@@ -31,6 +31,7 @@ from torch import nn
 
 from rlvr.modeling.logprobs import position_ids
 from rlvr.modeling.loading import check_model_folder, is_lora, resolve_dtype
+from rlvr.modeling.precision import autocast
 
 VALUE_ADAPTER = "value"
 HEAD_FILE = "value_head.safetensors"
@@ -83,8 +84,9 @@ class ValueModel(nn.Module):
         last real completion token), for bootstrapping a truncated response's return.
         """
         T = completion_len
-        hidden = self._run_body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
-                                use_cache=False)  # [B, W + T, H]
+        with autocast(self):  # a float32 body computing in model.dtype (rlvr/modeling/precision.py)
+            hidden = self._run_body(input_ids=input_ids, attention_mask=attention_mask,
+                                    position_ids=position_ids(attention_mask), use_cache=False)  # [B, W + T, H]
         states = hidden[:, -(T + 1):]  # [B, T + 1, H]: index t is the position that predicts token t
         v_all = self.head(states.float()).squeeze(-1)  # [B, T + 1]
         if not with_bootstrap:

@@ -20,6 +20,7 @@ import torch
 from rlvr.algorithms.preference import bradley_terry_loss
 from rlvr.config import RewardModelConfig
 from rlvr.modeling.loading import load_tokenizer, shard_for_run
+from rlvr.modeling.precision import weights_dtype
 from rlvr.modeling.reward_model import HEADS, load_reward_backbone, save_reward_model
 from rlvr.recipes.pairs import fit_pairs, load_pairs, pair_steps
 from rlvr.recipes.scaffold import Run
@@ -65,10 +66,12 @@ def train(config: RewardModelConfig, *, resume: bool = False, overwrite: bool = 
         train_data, eval_data = load_pairs(config, tokenizer, main=dist.is_main)  # bad data fails before the model
         shard = sharded_run(config.train, dist)
         whole_checkpoint = run.checkpoint is not None and not has_sharded_part(run.checkpoint)
-        model = load_reward_backbone(config.model_copy(update={"model": config.model.model_copy(update={"dtype": "float32"})})
-                                     if shard else config, tokenizer, str(dist.device),
-                                     run.checkpoint / "model" if whole_checkpoint else None)
-        model = shard_for_run(model, config.model.dtype, run.checkpoint, shard=shard, offload=config.train.cpu_offload)
+        full = config.model.lora is None  # all weights train: float32 master weights (rlvr/modeling/precision.py)
+        weights = weights_dtype(config.model.dtype, trains_all_weights=shard or full)
+        model = load_reward_backbone(config.model_copy(update={"model": config.model.model_copy(update={"dtype": weights})}),
+                                     tokenizer, str(dist.device), run.checkpoint / "model" if whole_checkpoint else None)
+        model = shard_for_run(model, config.model.dtype, run.checkpoint, shard=shard, offload=config.train.cpu_offload,
+                              master_weights=full)
         score, pad_id, margin = HEADS[config.head], tokenizer.pad_token_id, config.loss.margin
         nll_coef = config.loss.nll_coef
         total = pair_steps(config.train, len(train_data))

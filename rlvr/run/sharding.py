@@ -108,10 +108,10 @@ def whole_copy(model):
 
 
 def whole_zeros(model, *, device, dtype: torch.dtype):
-    """An unsharded copy of a sharded ``model``'s structure with every weight zero, in ``dtype`` on
-    ``device``: a whole model's memory on this rank, for weights pushed into it one at a time (the HF
-    engine of a sharded run generates from it)."""
-    whole = copy.deepcopy(_BLUEPRINTS[model])
+    """An unsharded copy of ``model``'s structure (a sharded one's: its blueprint) with every weight zero,
+    in ``dtype`` on ``device``: a whole model's memory on this rank, for weights pushed into it one at a
+    time (the HF engine of a sharded run, or of float32 master weights, generates from it)."""
+    whole = copy.deepcopy(_BLUEPRINTS[model] if model in _BLUEPRINTS else _blueprint(model))
     for module in whole.modules():
         for name, param in module._parameters.items():
             if param is not None:
