@@ -156,6 +156,18 @@ class AsyncGenerationConfig(Section):
         "max_staleness 0 (they never run together), else half the cores (at least 1)")
     timeout_s: float = Field(300.0, gt=0, description="the longest wait for the generator (to start, to serve a "
                              "weight publication or a generation); past it the run stops with an error")
+    device: Optional[str] = Field(
+        None, description="where the generator process holds its copy of the model (in model.dtype) and samples: "
+        "cpu, cuda, cuda:N (a GPU of its own, e.g. cuda:1) or auto; null = the trainer's (train.device)")
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, value: Optional[str]) -> Optional[str]:
+        from rlvr.config.sections import DEVICE  # the spelling train.device takes
+
+        if value is not None and not DEVICE.match(value):
+            raise ValueError(f"{value!r} is not a device; use cpu, cuda, cuda:N, auto, or null (the trainer's)")
+        return value
 
 
 class TrainConfig(ProcessConfig):
@@ -163,6 +175,11 @@ class TrainConfig(ProcessConfig):
     prompts_per_step: int = Field(32, ge=1)
     group_size: int = Field(8, ge=1, description="completions per prompt (G)")
     micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward (memory bound)")
+    micro_batch_tokens: Optional[int] = Field(
+        None, ge=1, description="tokens per forward/backward: rows sorted by length fill each micro-batch while rows x "
+        "(longest prompt + longest completion) stays within this (rows counted as the shared-prompt forward lays them "
+        "out: prompts x the most rows of one prompt; a longer row runs alone), at most micro_batch_size rows; "
+        "null = micro_batch_size rows each, in batch order. Either way a micro-batch is cut to its own width")
 
 
 class EvalConfig(Section):

@@ -15,6 +15,15 @@ trainer's own for the same tokens. Two failures stop the run with :class:`StaleE
 
 An engine that generates with the trainer's own module (``weight_sync == "shared"``, the HF engine)
 cannot be stale: it gets no push and no canary (``check()`` still works on it, e.g. in tests).
+
+**Deferred mode** (the generator process of asynchronous generation): the canary is queued behind the
+weights and checked at the next push, so the trainer never waits for the engine's queue. The trainer
+cannot score the engine's tokens then (its weights have moved on), so at the push it takes its own
+greedy path and every token's log-probability along it. Where the engine's greedy token differs (a
+near-tie that other numerics resolve otherwise: another device, another dtype), it is accepted when the
+trainer rates it within the tolerance of its own top token; the tokens up to and including that one are
+compared as above (the prefix is shared), and what follows is not (it continues another prefix). A
+damaged publication still moves the compared log-probabilities by far more than the tolerance.
 """
 
 from __future__ import annotations
@@ -24,7 +33,8 @@ import time
 import torch
 
 from rlvr.engines.base import SamplingParams, call_optional
-from rlvr.modeling.logprobs import completion_logprobs
+from rlvr.modeling.logprobs import completion_logits, completion_logprobs
+from rlvr.modeling.precision import autocast
 from rlvr.modeling.loading import iter_inference_weights
 
 #: Engine-vs-trainer tolerance on the canary's log-probabilities (max absolute difference, nats).
@@ -52,7 +62,8 @@ class EngineSync:
         policy: the trainer's policy module.
         tokenizer: encodes the canary prompt.
         dtype: the policy's dtype name, for the default tolerance.
-        tolerance: max allowed |engine - trainer| log-prob on the canary; None = by dtype.
+        tolerance: max allowed |engine - trainer| log-prob on the canary; None = by dtype (the coarser of the
+            policy's and the engine's, when the engine names its own ``dtype``).
         canary: run the canary after each push.
         prompt_tokens: canary prompt length (capped by ``max_len - new_tokens``).
         new_tokens: canary tokens the engine generates and both sides score.
@@ -64,9 +75,11 @@ class EngineSync:
                  deferred: bool = False):
         self.engine, self.policy, self.tokenizer = engine, policy, tokenizer
         self.canary, self.deferred = canary, deferred
-        self._pending = None  # deferred: (ticket, trainer's tokens, trainer's log-probs) of the last publication
-        self.tolerance = CANARY_TOLERANCE.get(dtype, 0.5) if tolerance is None else tolerance
-        self.dtype = dtype
+        self._pending = None  # deferred: (ticket, trainer's tokens, its log-probs [T, V]) of the last publication
+        engine_dtype = getattr(engine, "dtype", None)
+        dtypes = [dtype] + ([engine_dtype] if isinstance(engine_dtype, str) and engine_dtype != dtype else [])
+        self.tolerance = max(CANARY_TOLERANCE.get(d, 0.5) for d in dtypes) if tolerance is None else tolerance
+        self.dtype = dtype if len(dtypes) == 1 else f"a {dtype} trainer and a {engine_dtype} engine"
         if max_len is not None:
             prompt_tokens = max(1, min(prompt_tokens, max_len - new_tokens))
         self.prompt = canary_prompt(tokenizer, prompt_tokens)
@@ -91,13 +104,14 @@ class EngineSync:
 
     def _submit_canary(self):
         """Queue the canary behind the weights (an engine with ``submit``) and take the trainer's side now,
-        while it still holds the weights just published: its greedy tokens and their log-probabilities."""
+        while it still holds the weights just published: its greedy tokens and, at each of them, the
+        log-probability of every token ``[T, V]`` (to judge a token the engine chose otherwise)."""
         from rlvr.engines.hf import HFEngine
 
         sampling = SamplingParams(max_new_tokens=self.new_tokens, greedy=True)
         ticket = self.engine.submit([self.prompt], 1, sampling)
         tokens = list(HFEngine(self.policy, self.tokenizer).generate([self.prompt], 1, sampling)[0][0].token_ids)
-        return ticket, tokens, self._trainer_logprobs(tokens)
+        return ticket, tokens, self._trainer_rows(tokens)
 
     def settle(self) -> dict[str, float]:
         """Check the canary of the last publication (deferred mode: ``push`` queues it behind the weights
@@ -105,14 +119,33 @@ class EngineSync:
         queue); ``sync/canary_max_abs_diff``, or nothing when none is pending."""
         if self._pending is None:
             return {}
-        ticket, tokens, trainer_logp = self._pending
+        ticket, tokens, rows = self._pending
         self._pending = None
         completion = self.engine.result(ticket)[0][0][0]
-        if list(completion.token_ids) != tokens:
-            raise StaleEngineError("the engine is serving stale or wrong weights: its greedy continuation of the sync "
-                                   "canary differs from the trainer's for the same published weights. Stopping.")
-        engine_logp = torch.tensor(completion.logprobs, dtype=torch.float64)
-        return {"sync/canary_max_abs_diff": self._compare(tokens, engine_logp, trainer_logp)}
+        served = list(completion.token_ids)
+        checked = served[: self._shared_prefix(tokens, served, rows) + 1]
+        engine_logp = torch.tensor(completion.logprobs[: len(checked)], dtype=torch.float64)
+        trainer_logp = rows[torch.arange(len(checked)), checked]  # the same tokens after the same prefix
+        return {"sync/canary_max_abs_diff": self._compare(checked, engine_logp, trainer_logp)}
+
+    def _shared_prefix(self, tokens: list[int], served: list[int], rows: torch.Tensor) -> int:
+        """How many leading tokens the engine's greedy continuation ``served`` shares with the trainer's
+        ``tokens``; where it then differs, its token must be a near-tie for the trainer (``rows [T, V]``:
+        the trainer's log-probs along its own path), else :class:`StaleEngineError`."""
+        shared = next((i for i, (a, b) in enumerate(zip(tokens, served)) if a != b), min(len(tokens), len(served)))
+        if shared == len(tokens) == len(served):
+            return shared
+        if shared in (len(tokens), len(served)):  # one stopped where the other goes on: no token to judge
+            raise StaleEngineError(f"the engine is serving stale or wrong weights: its greedy continuation of the sync "
+                                   f"canary and the trainer's agree on {shared} tokens, then one stops and the "
+                                   "other goes on. Stopping.")
+        gap = float(rows[shared].max() - rows[shared, served[shared]])
+        if not gap <= self.tolerance:  # also catches NaN
+            raise StaleEngineError(
+                f"the engine is serving stale or wrong weights: its greedy continuation of the sync canary differs "
+                f"from the trainer's at token {shared}, and not by a near-tie: the trainer rates the engine's token "
+                f"{gap:.3g} nats below its own greedy one (tolerance {self.tolerance:g} for {self.dtype}). Stopping.")
+        return shared
 
     def check(self) -> float:
         """Run the canary; the max |engine - trainer| log-prob, or :class:`StaleEngineError`."""
@@ -141,6 +174,21 @@ class EngineSync:
                     "update did not reach it. Stopping.")
         self._last = (tokens, engine_logp, trainer_logp)
         return diff
+
+    @torch.no_grad()
+    def _trainer_rows(self, tokens: list[int]) -> torch.Tensor:
+        """``[T, V]``: the trainer's log-probability of every token at each of the T canary positions after
+        the prompt and ``tokens[:t]`` (float64, on the CPU)."""
+        device = next(self.policy.parameters()).device
+        ids = torch.tensor([self.prompt + tokens], device=device)
+        was_training = self.policy.training
+        self.policy.eval()  # no dropout: the engine runs without it
+        try:
+            with autocast(self.policy):  # the compute dtype of float32 master weights, as completion_logprobs runs
+                logits = completion_logits(self.policy, ids, torch.ones_like(ids), len(tokens))  # [1, T, V]
+        finally:
+            self.policy.train(was_training)
+        return torch.log_softmax(logits[0].double(), dim=-1).cpu()
 
     @torch.no_grad()
     def _trainer_logprobs(self, tokens: list[int]) -> torch.Tensor:

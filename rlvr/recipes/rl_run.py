@@ -30,11 +30,12 @@ from rlvr.engines.process import ProcessEngine
 from rlvr.engines.weight_sync import start_engine
 from rlvr.modeling.forward_choice import forward_note
 from rlvr.modeling.loading import (Reference, context_length, generation_copy, load_run_policy, load_tokenizer,
-                                  stop_token_ids)
+                                  needs_engine_copy, stop_token_ids)
 from rlvr.recipes.scaffold import Run
 from rlvr.recipes.step_metrics import progress_postfix, run_summary, step_metrics
 from rlvr.recipes.update import UpdateSettings
 from rlvr.rollout.batch import SampleTensors, sample_tensors
+from rlvr.rollout.chat import stop_token_warning
 from rlvr.rollout.episodes import build_environments, episode_runner
 from rlvr.rollout.evaluate import evaluate_suites
 from rlvr.rollout.async_rollout import AsyncRollouts, staleness_metrics
@@ -97,8 +98,12 @@ class RLRun(Run):
         # ---- prompts, policy, reference, engine, reward model ---------------------------------
         self.tokenizer = load_tokenizer(config.model.path)
         self.encode = PromptEncoder.for_suites(self.tokenizer, suites, eval_suites)  # each suite's chat_template
-        self.episodes = episode_runner(config.environment, self.tokenizer, self.encode,
-                                       stop_token_ids(config.model.path, self.tokenizer), environments, problems)
+        stop_ids = stop_token_ids(config.model.path, self.tokenizer)
+        warning = stop_token_warning(self.tokenizer, self.encode.templates(), stop_ids)  # a turn's end never stops it
+        if warning and dist.is_main:
+            print(warning, flush=True)
+        self.episodes = episode_runner(config.environment, self.tokenizer, self.encode, stop_ids, environments,
+                                       problems)
         context = context_length(config.model.path)
         new_tokens = config.environment.max_episode_tokens if self.episodes else gen.max_new_tokens
         self.suites = drop_overlong_prompts(suites, self.encode, context, new_tokens, gen.overlong_prompts)
@@ -114,8 +119,10 @@ class RLRun(Run):
         self.reference = Reference(self.policy, needed=config.algorithm.beta > 0, path=config.model.path,
                                    dtype=config.model.dtype, device=str(dist.device), forward=config.model.forward,
                                    logits_chunk_mb=config.model.logits_chunk_mb)
-        copy = generation_copy(self.policy, config.model.dtype, dist.device) if shard and config.engine.name == "hf" \
-            else None  # the HF engine cannot decode from shards: each rank decodes its own lengths
+        # the HF engine decodes from a whole copy in the compute dtype: it cannot decode from shards, and float32
+        # master weights would read twice the bytes per token
+        copy = generation_copy(self.policy, config.model.dtype, dist.device) \
+            if config.engine.name == "hf" and needs_engine_copy(self.policy) else None
         self.sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p,
                                        top_k=gen.top_k)
         worker = self._generator_process()  # asynchronous generation: the HF engine in a process of its own
@@ -143,18 +150,24 @@ class RLRun(Run):
         self.verifier_errors = VerifierErrors(config.verifier.max_error_frac, printer=self.write)
 
     def _generator_process(self) -> ProcessEngine | None:
-        """The generator process of ``async_generation`` (None when it is off)."""
+        """The generator process of ``async_generation`` (None when it is off), on ``async_generation.device``
+        or the trainer's device, in ``model.dtype``."""
+        from rlvr.run.runtime import resolve_device
+
         config, section = self.config, self.config.async_generation
         if section.max_staleness is None:
             return None
         if self.dist.world_size > 1:
             raise InvalidValueError("async_generation.max_staleness: asynchronous generation runs in one process, and "
                                     "this run has several ranks; remove it")
+        # a device this machine lacks fails here, named, before a process is started for it
+        device = self.dist.device if section.device is None else resolve_device(section.device,
+                                                                                "async_generation.device")
         threads = section.worker_threads or (torch.get_num_threads() if section.max_staleness == 0
                                              else max(1, (os.cpu_count() or 2) // 2))
         if self.dist.is_main:
-            print(f"async generation: max_staleness {section.max_staleness}, a generator process with {threads} "
-                  f"thread(s) beside the trainer's {torch.get_num_threads()}", flush=True)
+            print(f"async generation: max_staleness {section.max_staleness}, a generator process on {device} with "
+                  f"{threads} thread(s) beside the trainer's {torch.get_num_threads()}", flush=True)
             if section.max_staleness > 0 and config.algorithm.off_policy == "none" and config.algorithm.tis_cap is None:
                 print("warning: async generation trains on samples of an older policy without an off-policy "
                       "correction; algorithm.off_policy: decoupled recovered most of what staleness 1 cost the "
@@ -164,7 +177,8 @@ class RLRun(Run):
             "environments": runner.environments, "default": runner.default, "max_turns": runner.max_turns,
             "max_episode_tokens": runner.max_episode_tokens, "workers": runner.workers,
             "messages": config.environment.messages, "eos_ids": stop_token_ids(config.model.path, self.tokenizer)}
-        return ProcessEngine(config.model.path, self.tokenizer, dtype=config.model.dtype, threads=threads,
+        return ProcessEngine(config.model.path, self.tokenizer, dtype=config.model.dtype, device=str(device),
+                             rng_device=str(self.dist.device), threads=threads,
                              max_batch_size=config.engine.max_batch_size, timeout_s=section.timeout_s,
                              episodes=episodes)
 

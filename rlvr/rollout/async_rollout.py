@@ -10,8 +10,8 @@ generator serves its queue in order, so step t trains on samples of the policy a
 
 The lag is at most S by construction, never by luck: no group older than S versions is produced,
 so none is ever dropped (``take`` raises if one were). At S = 0 each step submits and waits, handing
-the trainer's torch RNG state to the generator and back, which reproduces the synchronous loop bit
-for bit; at S >= 1 each generation is seeded from ``(train.seed, step)``, so a run is reproducible
+the trainer's RNG state (its device's) to the generator and back, which reproduces the synchronous
+loop bit for bit; at S >= 1 each generation is seeded from ``(train.seed, step)``, so a run is reproducible
 whatever the timing.
 
 A checkpoint drains the queue into itself: the in-flight steps' samples are awaited and saved with
@@ -25,8 +25,6 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
-
-import torch
 
 from rlvr.engines.base import Completion, SamplingParams
 from rlvr.engines.process import ProcessEngine
@@ -91,7 +89,7 @@ class AsyncRollouts:
         exact = self.max_staleness == 0  # continue the trainer's RNG stream, as the synchronous loop does
         problems = [problem for _, problem in drawn] if self.episodes else None
         ticket = self.engine.submit(prompt_ids, self.group_size, self.sampling,
-                                    rng=torch.get_rng_state() if exact else None,
+                                    rng=self.engine.rng_state() if exact else None,
                                     seed=None if exact else _step_seed(self.seed, step), problems=problems,
                                     templates=[self.encode.template_of(p) for p in problems] if problems else None)
         self._in_flight[step] = (drawn, prompt_ids, ticket, now, self.engine.publications)
@@ -105,7 +103,7 @@ class AsyncRollouts:
             raise RuntimeError(f"async generation: step {step} was sampled by weight publication "
                                f"{info['publication']}, not {publication} as submitted")
         if self.max_staleness == 0:
-            torch.set_rng_state(info["rng"])
+            self.engine.set_rng_state(info["rng"])
         return Sampled(drawn, prompt_ids, completions, submitted_at,
                        {k: v for k, v in info.items() if k not in ("rng", "publication")}, waited)
 
