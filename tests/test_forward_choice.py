@@ -72,3 +72,19 @@ def test_a_run_says_which_forward_it_runs(tiny_model, tmp_path, capsys):
         "train": {"steps": 1, "batch_size": 4}, "log": {"progress": False}, "eval": {"at_end": False},
     }))
     assert "forward: rlvr's shared-prompt forward (load-time probe" in capsys.readouterr().out
+
+
+def test_the_load_time_probe_leaves_every_gpu_generator_alone(tiny_model, monkeypatch):
+    """The probe's proxy model is seeded on the CPU generator only (restored after): reseeding the GPUs' made
+    every CUDA run sample from seed 0 whatever ``train.seed`` said (found on an H100: the asynchronous
+    generator's RNG hand-over made no difference)."""
+    import torch
+
+    from rlvr.modeling.loading import load_policy
+
+    reseeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: reseeded.append(seed))
+    monkeypatch.setattr(torch.cuda, "manual_seed", lambda seed: reseeded.append(seed))
+    before = torch.get_rng_state()
+    load_policy(tiny_model, forward="auto")
+    assert reseeded == [] and torch.equal(torch.get_rng_state(), before)

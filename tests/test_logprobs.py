@@ -173,7 +173,7 @@ def test_no_grad_logprobs_are_the_graph_pass_s_values_and_a_later_graph_can_use_
 
 
 def _architecture(name: str, tiny_model):
-    from transformers import GPT2Config, GPT2LMHeadModel, Qwen3Config, Qwen3ForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel, GraniteConfig, GraniteForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     from rlvr.modeling.loading import load_policy
 
@@ -183,11 +183,15 @@ def _architecture(name: str, tiny_model):
     if name == "qwen3":  # query/key norms: the model's own forward, its decoder's states
         return Qwen3ForCausalLM(Qwen3Config(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                             num_attention_heads=4, num_key_value_heads=2, pad_token_id=0))
+    if name == "granite":  # logits divided by a scale after the output layer: whole logits
+        return GraniteForCausalLM(GraniteConfig(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                                num_attention_heads=4, num_key_value_heads=2, pad_token_id=0,
+                                                logits_scaling=4.0))
     return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=40, resid_pdrop=0.0, embd_pdrop=0.0,
-                                      attn_pdrop=0.0, bos_token_id=1, eos_token_id=2))  # whole logits
+                                      attn_pdrop=0.0, bos_token_id=1, eos_token_id=2))  # its own forward, chunked
 
 
-@pytest.mark.parametrize("name", ["llama-auto", "llama-hf", "qwen3", "gpt2"])
+@pytest.mark.parametrize("name", ["llama-auto", "llama-hf", "qwen3", "gpt2", "granite"])
 def test_logprobs_in_one_token_chunks_equal_the_whole_logits_values_and_gradients(name, tiny_model):
     """Log-probs and entropies (with an entropy gradient) from the decoder's states, one token's
     logits at a time, against log_softmax over the same pass's whole logits (float64); a token that
@@ -199,7 +203,7 @@ def test_logprobs_in_one_token_chunks_equal_the_whole_logits_values_and_gradient
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(2.0)
-    assert (output_head(model) is None) == (name == "gpt2")
+    assert (output_head(model) is None) == (name == "granite")
     set_logits_chunk(model, 1e-6)
     assert chunk_tokens(model, model.config.vocab_size) == 1
     ids, mask, response, length = _rows(model.config.pad_token_id or 0)
@@ -220,7 +224,7 @@ def test_logprobs_in_one_token_chunks_equal_the_whole_logits_values_and_gradient
     expected = run(whole)
     for a, b in zip(chunked[:2], expected[:2]):
         torch.testing.assert_close(a[scored], b[scored], rtol=1e-10, atol=1e-10)
-    if name != "gpt2":
+    if name != "granite":
         assert (chunked[0][~scored] == 0).all() and (chunked[1][~scored] == 0).all()
     for a, b in zip(chunked[2], expected[2]):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)

@@ -11,8 +11,9 @@ and the per-call machinery that cost a small model much of its step:
 * a training pass runs the prompts and their rows through each layer together
   (:func:`forward_prompts_and_rows`): one matmul per projection, attention per section;
 * a preallocated key/value buffer for the rows' own tokens while decoding;
-* masks as additive biases built once per call (``finfo.min``, never ``-inf``: a padded query row
-  then attends uniformly instead of producing NaN);
+* masks as additive biases built once per call and shared by every layer (``finfo.min``, never
+  ``-inf``: a padded query row then attends uniformly instead of producing NaN), their rows padded
+  to a multiple of 16 keys so that torch's fused kernels read them in place;
 * a finished row's padding is not computed, in training and while decoding (``needed``).
 
 Fusing the q/k/v and gate/up projections into one matmul each was measured slower in the backward
@@ -216,6 +217,7 @@ class _Section:
     prompt: PromptCache | None = None
     rows: RowCache | None = None
     keep: PromptCache | None = None
+    kernel_bias: torch.Tensor | None = None  # rows: the fused kernel's [D, 1, L, W + L], built by the first layer
 
 
 def _dtype(model) -> torch.dtype:
@@ -398,9 +400,11 @@ def _sdpa(w: _Shapes, index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     d]``, ``k``/``v [B, L, kv_heads, d]`` (the grid, held flat); returns ``[B, L, heads * d]``.
 
     Prompts run in one call. Rows run one prompt's G rows per call: a row's keys are its prompt's
-    then its own, and the mask ``[1, 1, L, W + L]`` is the prompt's, shared by its rows and heads (a
-    mask per row would cost G times the memory; a 5-d batch ``[D, G, ...]`` leaves the fused kernels
-    for the math path, measured 2x slower and 2 GB hungrier at 16 x 1,024 tokens)."""
+    then its own (copied per row: the kernels take one key sequence per batch entry), and the mask
+    ``[1, 1, L, W + L]`` is the prompt's slice of one built per pass (:func:`_rows_kernel_bias`), shared
+    by its rows, heads and every layer (a mask per row would cost G times the memory; a 5-d batch
+    ``[D, G, ...]`` leaves the fused kernels for the math path, measured 2x slower and 2 GB hungrier at
+    16 x 1,024 tokens)."""
     num, group = section.groups
     count, length = section.tokens.count, section.tokens.length
     heads, kv, dim = w.heads, w.kv_heads, w.head_dim
@@ -413,24 +417,45 @@ def _sdpa(w: _Shapes, index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
         section.keep.values.append(v.contiguous())
         bias = own.view(num, 1, length, length) if own is not None else None
         return _kernel(w, q, k, v, bias).transpose(1, 2).reshape(count, length, heads * dim)
-    prompt = section.prompt
-    keys, values = prompt.keys[index].transpose(-1, -2), prompt.values[index]  # [D, kv, W, d]
-    width = values.shape[2]
-    own = own.view(1, 1, length, length) if own is not None else q.new_zeros(1, 1, length, length)
+    keys, values = section.prompt.keys[index].transpose(-1, -2), section.prompt.values[index]  # [D, kv, W, d]
+    bias = _rows_kernel_bias(section)  # [D, 1, L, W + L], the same tensor in every layer
     out = []
     for p in range(num):
         rows = slice(p * group, (p + 1) * group)
-        past = prompt.key_bias[p].view(1, 1, 1, width).expand(1, 1, length, width)
-        out.append(_kernel(w, q[rows], torch.cat([keys[p].expand(group, kv, width, dim), k[rows]], dim=2),
-                           torch.cat([values[p].expand(group, kv, width, dim), v[rows]], dim=2),
-                           torch.cat([past, own], dim=-1)))
+        out.append(_kernel(w, q[rows], _joined(w, keys[p], k[rows]), _joined(w, values[p], v[rows]), bias[p : p + 1]))
     return torch.cat(out).transpose(1, 2).reshape(count, length, heads * dim)
+
+
+def _rows_kernel_bias(section: _Section) -> torch.Tensor:
+    """The rows' mask for the fused kernel, ``[D, 1, L, W + L]``: prompt ``p``'s key padding, then
+    causal among a row's own ``L`` tokens. Built by a pass's first layer and kept on the section for
+    the others: a mask per layer per prompt (``[1, 1, L, W + L]``, 0.5 GB in bfloat16 at 16k tokens,
+    each saved for the backward) adds up to an estimated 15 GB over 28 layers; this one exists once."""
+    if section.kernel_bias is None:
+        key_bias, own = section.prompt.key_bias, section.own_bias  # [D, 1, 1, 1, W], [L, L] | None
+        num, width, length = key_bias.shape[0], key_bias.shape[-1], section.tokens.length
+        bias = _aligned((num, 1, length, width + length), key_bias.dtype, key_bias.device)
+        bias[..., :width] = key_bias.view(num, 1, 1, width)
+        bias[..., width:] = own if own is not None else 0
+        section.kernel_bias = bias
+    return section.kernel_bias
+
+
+def _joined(w: _Shapes, prompt: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """One prompt's keys (or values) ``[kv_heads, W, d]`` then its G rows' own ``[G, kv_heads, L, d]``,
+    per query head: ``[G, heads, W + L, d]``, written in one copy (a concatenation then a
+    ``repeat_interleave`` over the heads wrote the prompt's twice)."""
+    group, kv, length, dim = own.shape
+    rep, width = w.heads // kv, prompt.shape[1]
+    both = torch.cat([prompt[None, :, None].expand(group, kv, rep, width, dim),
+                      own[:, :, None].expand(group, kv, rep, length, dim)], dim=3)
+    return both.view(group, kv * rep, width + length, dim)
 
 
 def _kernel(w: _Shapes, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``softmax(q k^T * scale + bias) v`` for ``q [b, heads, L, d]`` and ``k``/``v [b, kv_heads, S, d]``
-    (query heads h share key/value head h // (heads / kv_heads))."""
-    if w.heads > w.kv_heads:
+    (query heads h share key/value head h // (heads / kv_heads)) or already ``[b, heads, S, d]``."""
+    if k.shape[1] < w.heads:
         k, v = k.repeat_interleave(w.heads // w.kv_heads, dim=1), v.repeat_interleave(w.heads // w.kv_heads, dim=1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype) if bias is not None else None,
                                           scale=w.scale)
@@ -472,8 +497,15 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 
 
 def _bias(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """0 where attention is allowed, the dtype's most negative number where it is not."""
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+    """0 where attention is allowed, the dtype's most negative number where it is not (:func:`_aligned`)."""
+    return _aligned(allowed.shape, dtype, allowed.device).fill_(0).masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
+def _aligned(shape, dtype: torch.dtype, device) -> torch.Tensor:
+    """An uninitialised tensor whose last dimension is a slice of one padded to a multiple of 16: torch's
+    fused attention kernels read a mask with such strides in place, and copy any other on every call."""
+    keys = shape[-1]
+    return torch.empty(*shape[:-1], -(-keys // 16) * 16, dtype=dtype, device=device)[..., :keys]
 
 
 def _final(model, hidden: torch.Tensor, states: bool = False) -> torch.Tensor:

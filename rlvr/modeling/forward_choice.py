@@ -1,5 +1,9 @@
 """Which forward a model's passes run, decided once at load and proven there.
 
+Also at load, :func:`rlvr.modeling.logprobs.probe_output_head` measures whether the model's logits
+are exactly its output layer over its decoder's states (no soft-cap or scale after it): its log-prob
+passes then stop at those states and compute log-probs a chunk of tokens at a time.
+
 ``model.forward: auto`` runs rlvr's shared-prompt forward (:mod:`rlvr.modeling.fast_forward`) on the
 architectures it computes exactly, and the model's own (transformers) forward on everything else,
 for a stated reason. Before the fast forward is trusted, a **parity probe** runs both forwards on a
@@ -20,7 +24,7 @@ import warnings
 import torch
 
 from rlvr.modeling import fast_forward
-from rlvr.modeling.logprobs import completion_logits
+from rlvr.modeling.logprobs import completion_logits, probe_output_head
 
 _NOTE = "_rlvr_forward_note"
 CONFIG_TOLERANCE = 1e-8  # float64 on the config proxy
@@ -29,7 +33,9 @@ PROBE_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4, torch.bfloat16: 5e-
 
 def choose_forward(model, forward: str) -> str:
     """Settle ``model``'s forward (``model.forward``: ``auto`` or ``hf``), probing the fast one before
-    trusting it; returns (and records on the model) a one-line note of the choice."""
+    trusting it; returns (and records on the model) a one-line note of the choice. Probes the output
+    layer too (:func:`rlvr.modeling.logprobs.probe_output_head`), whichever forward runs."""
+    probe_output_head(model)
     if forward == "hf":
         fast_forward.use_model_forward(model)
         note = "the model's own (transformers) forward (model.forward: hf)"
@@ -105,7 +111,9 @@ def _config_proxy(model):
     if getattr(config, "layer_types", None) is not None:
         config.layer_types = config.layer_types[:2]
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+        # the CPU generator alone: torch.manual_seed would also reseed every GPU's, which fork_rng(devices=[])
+        # does not restore, and a CUDA run would then sample from seed 0 whatever train.seed says
+        torch.random.default_generator.manual_seed(0)
         proxy = type(model)(config).double()
         with torch.no_grad():
             for parameter in proxy.parameters():

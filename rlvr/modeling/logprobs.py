@@ -7,11 +7,14 @@ completions run per row. That is the same function of the weights as running eve
 fewer tokens through the model (:func:`completion_logits`). Models that :mod:`rlvr.modeling.fast_forward`
 supports run its shared-prompt forward for this (the prompts' keys are not even copied per row).
 
-Where the logits are the output layer applied to the decoder's final hidden states (``output_head``:
-Llama, Mistral, Qwen2, Qwen3), the passes stop at those states and
+Where the logits are exactly the output layer applied to the decoder's final hidden states
+(``output_head``: a plain ``Linear`` head and nothing after it, as a load-time probe measures:
+:func:`probe_output_head`), the passes stop at those states and
 :mod:`rlvr.modeling.chunked_logprobs` turns them into log-probs a chunk of tokens at a time, so the
 whole ``[rows, tokens, vocabulary]`` logits never exist: at most ``model.logits_chunk_mb`` of them
-(:func:`set_logits_chunk`) at once, and only for the completion tokens that are scored.
+(:func:`set_logits_chunk`) at once, and only for the completion tokens that are scored. A model that
+post-processes its logits (Gemma 2/3's final soft-capping, Cohere's and Granite's scales) or wraps
+its head (a LoRA or saved-module wrapper) computes them whole.
 """
 
 from __future__ import annotations
@@ -26,11 +29,15 @@ import torch
 from rlvr.modeling import fast_forward
 from rlvr.modeling.chunked_logprobs import logits_logprobs, token_logprobs
 from rlvr.modeling.fast_forward import training_with_checkpointing
+from rlvr.modeling.precision import autocast
 from rlvr.run.sharding import is_sharded, lockstep_passes
 
-HIDDEN_STATE_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # logits = lm_head(decoder output), nothing after
 DEFAULT_LOGITS_CHUNK_MB = 256
 _CHUNK = "_rlvr_logits_chunk_mb"  # the attribute set_logits_chunk sets on a model
+_HEAD = "_rlvr_logits_are_head"  # the attribute probe_output_head sets on a (base) model: its verdict
+# Relative difference of the decoder's states between two runs of the same forward: nothing but a
+# GPU's nondeterministic reductions (an MoE's scatter-adds) may separate them
+_STATES_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
 
 def collate_completions(prompts: Sequence[list[int]], completions: Sequence[list[int]], pad_id: int,
@@ -72,8 +79,9 @@ def completion_logprobs(
     distinct = distinct_rows(input_ids, attention_mask)
     keep, inverse = distinct if distinct is not None else (slice(None), slice(None))
     try:
-        logp, entropy = _logprobs(model, input_ids[keep], attention_mask[keep], completion_len, temperature,
-                                  with_entropy, entropy_grad)
+        with autocast(model):  # float32 master weights: the pass runs in the compute dtype (modeling/precision.py)
+            logp, entropy = _logprobs(model, input_ids[keep], attention_mask[keep], completion_len, temperature,
+                                      with_entropy, entropy_grad)
     finally:
         if is_sharded(model) and not torch.is_grad_enabled():
             model.reshard()  # FSDP2 keeps the root gathered for a backward; a pass without one must free it
@@ -96,12 +104,77 @@ def chunk_tokens(model, vocab: int) -> int:
 
 def output_head(model) -> torch.nn.Linear | None:
     """The output layer when a model's logits are exactly that layer applied to its decoder's final
-    hidden states (a known architecture; a plain ``Linear``, not a LoRA or saved-module wrapper), else None."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if getattr(getattr(base, "config", None), "model_type", None) not in HIDDEN_STATE_TYPES:
+    hidden states (a plain ``Linear``, not a LoRA or saved-module wrapper, and nothing after it, as
+    :func:`probe_output_head` measured; a model never probed is probed now), else None."""
+    base = _base(model)
+    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    if type(head) is not torch.nn.Linear:
         return None
-    head = base.get_output_embeddings()
-    return head if type(head) is torch.nn.Linear else None
+    verdict = getattr(base, _HEAD, None)
+    if verdict is None:
+        verdict = probe_output_head(model)
+    return head if verdict else None
+
+
+def probe_output_head(model, tokens: int = 4) -> bool:
+    """Whether ``model``'s logits are exactly its output layer applied to the states that
+    :func:`completion_states` returns with ``states``; recorded on the model for :func:`output_head`.
+
+    Two passes over ``tokens`` random tokens, in eval mode and without a graph: one whose output
+    layer returns large random logits (std 64, past any soft-cap, not a multiple of any scale) and
+    records its input, which must come out of the model unchanged (no post-processing, however small
+    its effect on a random-init model's flat logits); one with the output layer off, whose states
+    must be that recorded input (the model's forward reaches its head through the swapped module).
+    A model that fails either, or cannot run them, computes its logits whole."""
+    base = _base(model)
+    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    verdict = False
+    if type(head) is torch.nn.Linear:
+        training = model.training
+        model.eval()  # no dropout, no router noise: the two passes compute the same function
+        try:
+            with torch.no_grad():
+                verdict = _head_parity(model, head, tokens)
+        except Exception:  # a model that cannot run the probe keeps the always-correct whole logits
+            verdict = False
+        finally:
+            model.train(training)
+    setattr(base, _HEAD, verdict)
+    return verdict
+
+
+def _head_parity(model, head: torch.nn.Linear, tokens: int) -> bool:
+    """:func:`probe_output_head`'s two passes over one row of ``tokens`` random ids."""
+    generator = torch.Generator().manual_seed(0)
+    vocab = min(getattr(getattr(_base(model), "config", None), "vocab_size", None) or head.out_features,
+                head.out_features)
+    ids = torch.randint(0, vocab, (1, tokens), generator=generator).to(head.weight.device)
+    mask = torch.ones_like(ids)
+    inputs = dict(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=False)
+    seen, planted = [], []
+
+    def plant(module, args, output):  # [1, keep, V] logits -> random ones; keep the head's input
+        seen.append(args[0])
+        planted.append((64 * torch.randn(output.shape, generator=generator)).to(output))
+        return planted[-1]
+
+    hook = head.register_forward_hook(plant)
+    try:
+        logits, _ = _model_pass(model, False, tokens - 1, **inputs)
+    finally:
+        hook.remove()
+    if len(seen) != 1 or logits.shape != planted[0].shape or not torch.equal(logits.double(), planted[0].double()):
+        return False  # the head ran otherwise than once, or its output was changed on the way out
+    states, _ = _model_pass(model, True, tokens - 1, **inputs)
+    if states.shape != seen[0].shape:
+        return False
+    difference = (states.double() - seen[0].double()).abs().max() / seen[0].double().abs().max().clamp(min=1e-12)
+    return bool(difference <= _STATES_TOLERANCE.get(states.dtype, 1e-2))
+
+
+def _base(model):
+    """The transformers model under a peft wrapper (the model itself without one)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def _logprobs(model, input_ids, attention_mask, completion_len, temperature, with_entropy, entropy_grad):
@@ -202,7 +275,7 @@ def _output_layer_off(model):
     """Inside the ``with``, the model's output layer passes its input through: its forward returns the
     final hidden states as ``logits``. The whole forward still runs through the model's own entry
     point (a peft wrapper's, a sharded root's hooks), which a call to the decoder alone would skip."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _base(model)
     head = base.get_output_embeddings()
     base.set_output_embeddings(torch.nn.Identity())
     try:
@@ -250,28 +323,38 @@ def _whole_rows(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, co
     return out[:, :-1]
 
 
-def no_grad_logprobs(model, batch, micro_batch_size: int, temperature: float) -> torch.Tensor:
+def no_grad_logprobs(model, batch, micro_batch_size, temperature: float) -> torch.Tensor:
     """``[N, T]`` log-probs of a batch's completions without a graph (``batch``: a rollout ``Batch``, or
-    anything with its ``input_ids``, ``attention_mask`` and ``completion_len``). The pass runs in inference
-    mode (no autograd bookkeeping at all: ~7% of a small model's pass); its result is copied out as
-    an ordinary tensor, which a later graph may use as a constant. A sharded model makes as many passes
-    as the rank with the most micro-batches (``lockstep_passes``), repeating its first and discarding it."""
-    starts = list(range(0, len(batch), micro_batch_size))
+    anything with its ``input_ids``, ``attention_mask`` and ``completion_len``). ``micro_batch_size``:
+    rows per pass, or a :class:`rlvr.rollout.batch.MicroBatching` (a row cap and a token budget). Each
+    pass runs its rows cut to their own width (:func:`rlvr.rollout.batch.trim_window`); their log-probs
+    fill the first columns of their rows, the rest (padding) is 0. The pass runs in inference mode (no
+    autograd bookkeeping at all: ~7% of a small model's pass); its result is copied out as an ordinary
+    tensor, which a later graph may use as a constant. A sharded model makes as many passes as the
+    rank with the most micro-batches (``lockstep_passes``), repeating its first and discarding it."""
+    from rlvr.rollout.batch import MicroBatching, trim_window  # not at the top: rlvr.rollout imports this module
+
+    plan = micro_batch_size if isinstance(micro_batch_size, MicroBatching) else MicroBatching(micro_batch_size)
+    length, response = batch.completion_len, getattr(batch, "response_mask", None)
+    parts = plan.split(batch, torch.arange(len(batch), device=batch.input_ids.device))
+    logp = None
     with torch.inference_mode():
-        parts = []
-        for index in range(lockstep_passes(model, len(starts))):
-            start = starts[index] if index < len(starts) else 0
-            end = min(start + micro_batch_size, len(batch))
-            logp, _ = completion_logprobs(model, batch.input_ids[start:end], batch.attention_mask[start:end],
-                                          batch.completion_len, temperature)
-            if index < len(starts):
-                parts.append(logp)
-        logp = torch.cat(parts)
-    return logp.clone()
+        for index in range(lockstep_passes(model, len(parts))):
+            mine = index < len(parts)  # else a repeat of the first pass (a sharded model), discarded
+            rows = parts[index if mine else 0] if parts else torch.arange(0, device=batch.input_ids.device)
+            columns, own = trim_window(batch.attention_mask, length, rows, response)
+            part, _ = completion_logprobs(model, batch.input_ids[rows, columns], batch.attention_mask[rows, columns],
+                                          own, temperature)  # [n, own]
+            if logp is None:
+                logp = part.new_zeros(len(batch), length)  # [N, T]
+            if mine:
+                logp[rows, :own] = part
+    return logp.clone() if logp is not None else torch.zeros(0, length, device=batch.input_ids.device)
 
 
-def reference_logprobs(reference, batch, micro_batch_size: int, temperature: float) -> torch.Tensor:
-    """:func:`no_grad_logprobs` under the reference policy (a :class:`rlvr.modeling.loading.Reference`)."""
+def reference_logprobs(reference, batch, micro_batch_size, temperature: float) -> torch.Tensor:
+    """:func:`no_grad_logprobs` under the reference policy (a :class:`rlvr.modeling.loading.Reference`);
+    ``micro_batch_size`` as there (rows, or a ``MicroBatching``)."""
     with reference.model() as ref_model:
         return no_grad_logprobs(ref_model, batch, micro_batch_size, temperature)
 
@@ -284,8 +367,7 @@ def output_cache(output):
 
 def cache_argument(model) -> str:
     """The forward argument that takes a KV cache: ``cache`` since transformers 5.24, else ``past_key_values``."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # through a peft wrapper
-    return _cache_argument_of(type(base))
+    return _cache_argument_of(type(_base(model)))  # through a peft wrapper
 
 
 @functools.cache
