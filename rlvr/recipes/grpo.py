@@ -59,14 +59,14 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             batch = collate(trained, engine.pad_id).to(device)
             update_started = run.sleep_engine()
             if guidance is not None:
-                policy_logprobs_of_rows(policy, batch, guidance.rows, t.micro_batch_size, gen.temperature)
+                policy_logprobs_of_rows(policy, batch, guidance.rows, run.settings.micro, gen.temperature)
 
             # ---- 2. reference, rewards -> advantages --------------------------------------------
             scores, seq_kl = trained_samples.scores, None
             if algo.beta > 0:
-                batch.ref_logp = reference_logprobs(run.reference, batch, t.micro_batch_size, gen.temperature)
+                batch.ref_logp = reference_logprobs(run.reference, batch, run.settings.micro, gen.temperature)
             if algo.beta > 0 and algo.kl_placement == "reward":  # with the trainer's log-probs, not the engine's
-                batch.old_logp = no_grad_logprobs(policy, batch, t.micro_batch_size, gen.temperature)
+                batch.old_logp = no_grad_logprobs(policy, batch, run.settings.micro, gen.temperature)
                 kl_tokens = KL_ESTIMATORS[algo.kl_estimator](batch.old_logp, batch.ref_logp) * batch.response_mask
                 seq_kl = kl_tokens.sum(dim=1).view_as(scores).cpu()
                 scores = scores - algo.beta * seq_kl

@@ -27,6 +27,7 @@ from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate
 from rlvr.config import RunConfig
 from rlvr.modeling.loading import Reference, save_final_model, shard_for_run
 from rlvr.modeling.logprobs import no_grad_logprobs, reference_logprobs
+from rlvr.modeling.precision import weights_dtype
 from rlvr.modeling.value_model import ValueModel, build_critic, policy_parameters
 from rlvr.recipes.rl_run import RLRun
 from rlvr.recipes.update import (Mismatch, TokenMeans, UpdateSettings, global_counts, lockstep, masked_mean,
@@ -58,12 +59,13 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
         shard = is_sharded(policy)
         whole_checkpoint = run.checkpoint is not None and not has_sharded_part(run.checkpoint)
         critic = build_critic(policy, path=config.critic.path or config.model.path,
-                              dtype="float32" if shard else config.model.dtype, device=device,
+                              dtype=weights_dtype(config.model.dtype, trains_all_weights=True), device=device,
                               lora=config.model.lora.model_dump() if config.model.lora else None,
                               resume_from=run.checkpoint / "critic" if whole_checkpoint else None,
                               gradient_checkpointing=config.model.gradient_checkpointing)
         critic = shard_for_run(critic, config.model.dtype, run.checkpoint, shard=shard, offload=t.cpu_offload,
-                               name="critic", layers=critic.body.layers if shard else None)
+                               name="critic", layers=critic.body.layers if shard else None,
+                               master_weights=not critic.shares_policy_base)
         optimizer, scheduler, critic_optimizer, critic_scheduler = _optimizers(config, policy, critic)
         kl_ctl = (AdaptiveKLController(algo.beta, algo.target_kl, algo.kl_horizon) if algo.target_kl
                   else FixedKLController(algo.beta))
@@ -146,28 +148,28 @@ def critic_targets(batch: Batch, scores: torch.Tensor, truncated: torch.Tensor, 
     algo, mask = s.algo, batch.response_mask
     kl = seq_kl = None
     if reference.needed:
-        batch.ref_logp = reference_logprobs(reference, batch, s.micro_batch_size, s.temperature)
+        batch.ref_logp = reference_logprobs(reference, batch, s.micro, s.temperature)
     if reference.needed and algo.kl_placement == "reward":
-        batch.old_logp = no_grad_logprobs(policy, batch, s.micro_batch_size, s.temperature)
+        batch.old_logp = no_grad_logprobs(policy, batch, s.micro, s.temperature)
         kl = KL_ESTIMATORS[algo.kl_estimator](batch.old_logp, batch.ref_logp) * mask  # [N, T]
         seq_kl = kl.sum(dim=1)
     elif not s.single_pass:  # pi_old for the epochs: the engine's where it is exact, else one pass
         batch.old_logp = old_logprobs(policy, batch, s)
-    values, after_last = [], []
-    starts = list(range(0, len(batch), s.micro_batch_size))
-    for index in range(lockstep_passes(critic, len(starts))):  # sharded: as many passes as any rank
-        start = starts[index] if index < len(starts) else 0
-        part = batch.select(torch.arange(start, min(start + s.micro_batch_size, len(batch)), device=mask.device))
+    values, after_last = mask.new_zeros(mask.shape), mask.new_zeros(len(batch))  # [N, T], [N]
+    parts = s.micro.split(batch, torch.arange(len(batch), device=mask.device))
+    for index in range(lockstep_passes(critic, len(parts))):  # sharded: as many passes as any rank
+        rows = parts[index] if index < len(parts) else parts[0] if parts else torch.arange(0, device=mask.device)
+        part = batch.select(rows, trim=True)  # [n, W' + T']: this micro-batch's own width
         v, v_after = critic(part.input_ids, part.attention_mask, part.completion_len, with_bootstrap=True)
-        if index < len(starts):
-            values.append(v)
-            after_last.append(v_after)
+        if index < len(parts):
+            values[rows, : part.completion_len] = v  # back into the batch's T columns (the rest is padding)
+            after_last[rows] = v_after
     if is_sharded(critic):
         critic.reshard()  # FSDP2 keeps the root gathered for a backward; these passes have none
-    batch.old_values = torch.cat(values) * mask  # [N, T]
+    batch.old_values = values * mask  # [N, T]
     rewards = token_rewards(scores, mask, kl=kl, beta=beta, truncated=truncated,
                             truncation="none" if algo.truncation == "none" else "zero", dense=step_rewards)
-    last_values = torch.cat(after_last) * truncated.float() if algo.truncation == "bootstrap" else None
+    last_values = after_last * truncated.float() if algo.truncation == "bootstrap" else None
     advantages, batch.returns = gae(rewards, batch.old_values, mask, gamma=algo.gamma, lam=algo.lam,
                                     last_values=last_values)
     batch.advantages = whiten_over_ranks(advantages, mask, s.dist) if algo.whiten_advantages else advantages
@@ -266,11 +268,11 @@ def _policy_gradients(policy, minibatch: Batch, s: UpdateSettings, means: TokenM
     agg = global_counts(minibatch, s.dist)
     pg_loss, kl = 0.0, TokenMeans()
     rows = rows_with_gradient(minibatch, s.algo)
-    for micro_rows in lockstep(rows, s.micro_batch_size, policy):
+    for micro_rows in lockstep(minibatch, rows, s.micro, policy):
         if micro_rows is None:  # a sharded policy: another rank has more micro-batches than this one
             zero_weight_pass(policy, minibatch, s, agg)
             continue
-        micro = minibatch.select(micro_rows)
+        micro = minibatch.select(micro_rows, trim=True)  # [n, W' + T']: this micro-batch's own width
         part = policy_terms(policy, micro, s, **agg)
         part.loss.backward()
         pg_loss += part.pg_loss
@@ -289,13 +291,13 @@ def _critic_gradients(critic: ValueModel, minibatch: Batch, s: UpdateSettings, m
     agg = global_counts(minibatch, s.dist) | {"max_len": s.max_len}
     total = 0.0
     rows = (real.sum(dim=1) > 0).nonzero().squeeze(1)
-    for micro_rows in lockstep(rows, s.micro_batch_size, critic):
+    for micro_rows in lockstep(minibatch, rows, s.micro, critic):
         if micro_rows is None:  # a sharded critic: another rank has more micro-batches than this one
-            first = minibatch.select(torch.arange(1, device=real.device))
+            first = minibatch.select(torch.arange(1, device=real.device), trim=True)
             (critic(first.input_ids, first.attention_mask, first.completion_len).sum() * 0.0).backward()
             continue
-        micro = minibatch.select(micro_rows)
-        values = critic(micro.input_ids, micro.attention_mask, micro.completion_len)  # [n, T]
+        micro = minibatch.select(micro_rows, trim=True)  # [n, W' + T']: this micro-batch's own width
+        values = critic(micro.input_ids, micro.attention_mask, micro.completion_len)  # [n, T']
         loss_t, clipped = clipped_value_loss_per_token(values, micro.old_values, micro.returns, micro.response_mask,
                                                        clip=algo.value_clip or math.inf)
         loss = aggregate(loss_t, micro.response_mask, "token_mean", **agg)

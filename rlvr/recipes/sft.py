@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 
 from rlvr.config import SFTConfig
 from rlvr.engines import SamplingParams
@@ -23,6 +24,7 @@ from rlvr.modeling.forward_choice import forward_note
 from rlvr.modeling.loading import load_run_policy, load_tokenizer, save_final_model, stop_token_ids
 from rlvr.modeling.logprobs import collate_completions, completion_logprobs
 from rlvr.recipes.scaffold import Run
+from rlvr.rollout.batch import trim_window
 from rlvr.rollout.chat import Messages
 from rlvr.rollout.env_tokens import message_encoder
 from rlvr.rollout.episodes import build_environments, episode_runner, gold_episode_ids
@@ -172,9 +174,11 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
             loss_value, starts = 0.0, list(range(0, len(ids), t.micro_batch_size))
             for index in range(lockstep_passes(model, len(starts))):  # sharded: as many passes as any rank
                 mine = index < len(starts)  # else a zero-weight pass on this rank's first micro-batch
-                part = slice(starts[index] if mine else 0, (starts[index] if mine else 0) + t.micro_batch_size)
-                logp, _ = completion_logprobs(model, ids[part], attention[part], mask.shape[1])
-                loss = -(logp * mask[part]).sum() / total_tokens * float(mine)
+                start = starts[index] if mine else 0
+                part = torch.arange(start, min(start + t.micro_batch_size, len(ids)), device=ids.device)
+                columns, length = trim_window(attention, mask.shape[1], part, mask)  # this micro-batch's own width
+                logp, _ = completion_logprobs(model, ids[part, columns], attention[part, columns], length)
+                loss = -(logp * mask[part, :length]).sum() / total_tokens * float(mine)
                 loss.backward()
                 loss_value += loss.item()
             if not shard:  # FSDP2 summed them in the backward

@@ -19,7 +19,7 @@ from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss
 from rlvr.algorithms.off_policy import OFF_POLICY_CORRECTIONS
 from rlvr.modeling.logprobs import completion_logprobs, no_grad_logprobs
 from rlvr.run.sharding import is_sharded, lockstep_passes
-from rlvr.rollout.batch import Batch
+from rlvr.rollout.batch import Batch, MicroBatching
 from rlvr.run.runtime import Distributed, full_norm
 
 
@@ -34,6 +34,7 @@ class UpdateSettings:
     grad_clip: float
     old_logprobs: str  # "engine" | "recompute": where pi_old comes from when a batch is used twice
     dist: Distributed = field(default_factory=Distributed)  # the ranks: global counts, summed gradients
+    micro_batch_tokens: int | None = None  # a token budget per micro-batch (None: micro_batch_size rows each)
 
     @classmethod
     def from_config(cls, config, dist: Distributed | None = None, *, episodes: bool = False) -> "UpdateSettings":
@@ -47,7 +48,13 @@ class UpdateSettings:
         return cls(algo=config.algorithm, temperature=config.generation.temperature,
                    max_len=config.environment.max_episode_tokens if episodes else config.generation.max_new_tokens,
                    micro_batch_size=config.train.micro_batch_size,
-                   grad_clip=config.optim.grad_clip, old_logprobs=source, dist=dist or Distributed())
+                   grad_clip=config.optim.grad_clip, old_logprobs=source, dist=dist or Distributed(),
+                   micro_batch_tokens=config.train.micro_batch_tokens)
+
+    @property
+    def micro(self) -> MicroBatching:
+        """How the passes split rows into micro-batches: the row cap and the token budget."""
+        return MicroBatching(self.micro_batch_size, self.micro_batch_tokens)
 
     @property
     def single_pass(self) -> bool:
@@ -165,7 +172,9 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
     policy being differentiated, so pi_old = pi_theta.detach() and no extra pass is made. Otherwise
     pi_old comes from the engine's sampling log-probs or from one recomputing pass before any step.
     Rows whose loss is exactly zero whatever the weights (see :func:`rows_with_gradient`) are not
-    computed at all; the loss denominators still count them, so the gradient is unchanged.
+    computed at all; the loss denominators still count them, so the gradient is unchanged. The rest
+    run in micro-batches of ``s.micro`` (a row cap, and a token budget with rows packed by length),
+    each cut to its own width: padding is neither computed nor in any loss.
     """
     algo = s.algo
     if not s.single_pass and batch.old_logp is None:
@@ -184,11 +193,11 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
             computed_rows += len(rows)
             counts = global_counts(minibatch, s.dist)
             optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients, no zeroing pass
-            for micro_rows in lockstep(rows, s.micro_batch_size, policy):
+            for micro_rows in lockstep(minibatch, rows, s.micro, policy):
                 if micro_rows is None:  # a sharded policy: another rank has more micro-batches than this one
                     zero_weight_pass(policy, minibatch, s, counts)
                     continue
-                micro = minibatch.select(micro_rows)
+                micro = minibatch.select(micro_rows, trim=True)  # [n, W' + T']: this micro-batch's own width
                 part = policy_terms(policy, micro, s, **counts)
                 part.loss.backward()
                 loss_total, pg_total = loss_total + part.loss.item(), pg_total + part.pg_loss
@@ -218,15 +227,16 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
 def zero_weight_pass(policy, minibatch: Batch, s: UpdateSettings, counts: dict[str, float]) -> None:
     """A forward and backward of ``minibatch``'s first row with weight 0: its gradient is 0, but a sharded
     policy's collectives run as on the ranks that compute real rows (see :func:`lockstep`)."""
-    first = minibatch.select(torch.arange(1, device=minibatch.input_ids.device))
+    first = minibatch.select(torch.arange(1, device=minibatch.input_ids.device), trim=True)
     (policy_terms(policy, first, s, **counts).loss * 0.0).backward()
 
 
-def lockstep(rows: torch.Tensor, micro_batch_size: int, model) -> list:
-    """The micro-batches (row indices) this rank runs over ``rows``: its own, then, for a sharded ``model``,
-    ``None`` up to the most any rank has (:func:`rlvr.run.sharding.lockstep_passes`); a ``None`` is a pass
-    with zero weight (its gradient is 0)."""
-    micro_batches = list(rows.split(micro_batch_size)) if len(rows) else []
+def lockstep(minibatch: Batch, rows: torch.Tensor, plan: MicroBatching, model) -> list:
+    """The micro-batches (row indices into ``minibatch``) this rank runs over ``rows``: its own (``plan``:
+    a row cap, and a token budget under which ranks may form different numbers), then, for a sharded
+    ``model``, ``None`` up to the most any rank has (:func:`rlvr.run.sharding.lockstep_passes`); a
+    ``None`` is a pass with zero weight (its gradient is 0)."""
+    micro_batches = plan.split(minibatch, rows)
     return micro_batches + [None] * (lockstep_passes(model, len(micro_batches)) - len(micro_batches))
 
 
@@ -261,7 +271,7 @@ def old_logprobs(policy, batch: Batch, s: UpdateSettings) -> torch.Tensor:
     """pi_old ``[N, T]`` for a batch used more than once: the engine's, or one recomputing pass."""
     if s.old_logprobs == "engine":
         return batch.engine_logp
-    return no_grad_logprobs(policy, batch, s.micro_batch_size, s.temperature)
+    return no_grad_logprobs(policy, batch, s.micro, s.temperature)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:

@@ -3,6 +3,8 @@
     sample_tensors(groups, ...)   rewards / validity / correctness as [P, G] tensors, with overlong
                                   filtering or soft punishment applied
     collate(groups, pad_id)       a Batch: [prompt (left-padded) | completion (right-padded)]
+    MicroBatching                 rows -> micro-batches: a row cap, and optionally a token budget
+    Batch.select(rows, trim=True) a micro-batch cut to its own width (padding dropped)
 """
 
 from __future__ import annotations
@@ -113,11 +115,128 @@ class Batch:
     def to(self, device: torch.device | str) -> "Batch":
         return Batch(**{f.name: (v.to(device) if isinstance(v := getattr(self, f.name), torch.Tensor) else v) for f in fields(self)})
 
-    def select(self, index: torch.Tensor) -> "Batch":
-        return Batch(**{f.name: (v[index] if isinstance(v := getattr(self, f.name), torch.Tensor) else v) for f in fields(self)})
+    def select(self, index: torch.Tensor, *, trim: bool = False) -> "Batch":
+        """The rows ``index``. With ``trim`` they are cut to their own width as well: the prompt part to
+        their longest prompt and the completion part to their longest completion (:func:`trim_window`),
+        every ``[n, T]`` field alike. Only padding is dropped, which every loss masks: a trimmed
+        micro-batch has the same loss as the untrimmed one, over fewer positions."""
+        if not trim:
+            return Batch(**{f.name: (v[index] if isinstance(v := getattr(self, f.name), torch.Tensor) else v)
+                            for f in fields(self)})
+        columns, length = trim_window(self.attention_mask, self.completion_len, index, self.response_mask)
+        sequence = ("input_ids", "attention_mask")  # [N, W + T]; every other 2-D field is per token [N, T]
+
+        def cut(name: str, v):
+            if not isinstance(v, torch.Tensor):
+                return v
+            if name in sequence:
+                return v[index, columns]  # a tensor index with a slice: one contiguous copy
+            return v[index, :length] if v.dim() == 2 else v[index]
+
+        return Batch(**{f.name: cut(f.name, getattr(self, f.name)) for f in fields(self)})
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Micro-batches: rows packed under a token budget, each cut to its own width
+# ---------------------------------------------------------------------------------------------
+
+
+def row_extents(attention_mask: torch.Tensor, completion_len: int,
+                response_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(prompt [N], completion [N])`` in tokens: how far each row's left-padded prompt reaches back
+    from column W (its first real token on), and how far its right-padded completion reaches (to its
+    last real token, or last loss token of ``response_mask``, inclusive). Taken from where the tokens
+    are, not from counts, so masked tokens inside a row are kept."""
+    rows, width = attention_mask.shape[0], attention_mask.shape[1] - completion_len
+    device = attention_mask.device
+    completion = attention_mask[:, width:] != 0  # [N, T]
+    if response_mask is not None:
+        completion = completion | (response_mask != 0)
+    # the furthest real column, counted from W: (column's distance) * (real) and its max over the row
+    reach = (completion * torch.arange(1, completion_len + 1, device=device)).amax(dim=1) if completion_len \
+        else torch.zeros(rows, dtype=torch.long, device=device)
+    back = ((attention_mask[:, :width] != 0) * torch.arange(width, 0, -1, device=device)).amax(dim=1) if width \
+        else torch.zeros(rows, dtype=torch.long, device=device)
+    return back, reach
+
+
+def trim_window(attention_mask: torch.Tensor, completion_len: int, rows: torch.Tensor,
+                response_mask: torch.Tensor | None = None) -> tuple[slice, int]:
+    """``(columns, length)`` for the micro-batch ``rows`` of a ``[N, W + T]`` batch: ``columns`` the slice
+    of the W + T columns they need (their longest prompt before W, their longest completion after it)
+    and ``length`` the completion part's width in it (at least 1: a batch always has a completion column)."""
+    width = attention_mask.shape[1] - completion_len
+    back, reach = row_extents(attention_mask[rows], completion_len,
+                              response_mask[rows] if response_mask is not None else None)
+    prompt = int(back.max()) if len(back) else 0
+    length = max(1, int(reach.max()) if len(reach) else 1)
+    return slice(width - prompt, width + length), length
+
+
+@dataclass(frozen=True)
+class MicroBatching:
+    """How an update splits its rows into micro-batches (one forward and backward each): at most ``rows``
+    rows (``train.micro_batch_size``) and, with ``tokens`` (``train.micro_batch_tokens``), at most
+    ``tokens`` tokens, counted as a micro-batch runs once trimmed (``Batch.select(rows, trim=True)``):
+    rows x (longest prompt + longest completion), where rows are counted as the shared-prompt forward
+    lays them out, its prompts x the most rows of any one prompt (:func:`pack_rows`)."""
+
+    rows: int
+    tokens: int | None = None
+
+    def split(self, batch, rows: torch.Tensor) -> list[torch.Tensor]:
+        """``rows`` (indices into ``batch``: a :class:`Batch`, or anything with its ``input_ids``,
+        ``attention_mask`` and ``completion_len``) as micro-batches of row indices, each in batch order.
+
+        Without a token budget: consecutive runs of ``self.rows`` rows, in the order given. With one, the
+        rows are packed longest first (:func:`pack_rows`): similar lengths share a micro-batch, so little of
+        it is padding, and a long-tailed batch runs its many short rows in a few wide micro-batches."""
+        if self.tokens is None or len(rows) == 0:
+            return list(rows.split(self.rows)) if len(rows) else []
+        back, reach = row_extents(batch.attention_mask[rows], batch.completion_len,
+                                  batch.response_mask[rows] if getattr(batch, "response_mask", None) is not None
+                                  else None)
+        width = batch.attention_mask.shape[1] - batch.completion_len
+        prompts = torch.cat([batch.input_ids[rows, :width], batch.attention_mask[rows, :width]], dim=1)
+        source = torch.unique(prompts, dim=0, return_inverse=True)[1]  # [n] each row's prompt
+        packs = pack_rows(back.tolist(), reach.clamp(min=1).tolist(), source.tolist(), self.rows, self.tokens)
+        # each micro-batch back in batch order: a group's rows (one prompt) side by side, as the
+        # shared-prompt log-prob passes lay them out (rlvr/modeling/logprobs.py)
+        return [rows[torch.tensor(sorted(pack), dtype=torch.long, device=rows.device)] for pack in packs]
+
+
+def pack_rows(prompt: list[int], completion: list[int], source: list[int], max_rows: int,
+              max_tokens: int) -> list[list[int]]:
+    """Positions ``0 .. n-1`` of rows with these prompt and completion lengths (tokens) and prompts
+    (``source``: rows of one prompt share its forward), packed into micro-batches of at most
+    ``max_rows`` rows and ``max_tokens`` tokens each.
+
+    A micro-batch costs cells x (longest prompt + longest completion) of its rows, where cells = its
+    prompts x the most rows of any one prompt: rlvr's shared-prompt forward lays rows out so (a prompt
+    with fewer rows gets empty ones, which its attention still spans). For whole groups, or rows of
+    distinct prompts, cells = rows. Next-fit over the rows sorted longest completion first (then
+    longest prompt; ties keep batch order): each micro-batch holds rows of similar length. A row
+    longer than the budget by itself is a micro-batch of its own."""
+    order = sorted(range(len(prompt)), key=lambda i: (-completion[i], -prompt[i]))
+    packs: list[list[int]] = []
+    current: list[int] = []
+    counts: dict[int, int] = {}  # the current micro-batch's rows per prompt
+    width = length = most = 0  # its longest prompt and completion, the most rows of one prompt
+    for i in order:
+        w, l, m = max(width, prompt[i]), max(length, completion[i]), max(most, counts.get(source[i], 0) + 1)
+        cells = (len(counts) + (source[i] not in counts)) * m
+        if current and (len(current) + 1 > max_rows or cells * (w + l) > max_tokens):
+            packs.append(current)
+            current, counts, w, l, m = [], {}, prompt[i], completion[i], 1
+        current.append(i)
+        counts[source[i]] = counts.get(source[i], 0) + 1
+        width, length, most = w, l, m
+    if current:
+        packs.append(current)
+    return packs
 
 
 def collate(groups: list[Group], pad_id: int) -> Batch:

@@ -104,7 +104,7 @@ def guide_with_solutions(groups: list[Group], runner: VerifierRunner, *, encode:
     return Guidance(out, rows, len(candidates) - rejected, rejected, too_long)
 
 
-def policy_logprobs_of_rows(policy, batch: Batch, rows: list[int], micro_batch_size: int, temperature: float) -> None:
+def policy_logprobs_of_rows(policy, batch: Batch, rows: list[int], micro_batch_size, temperature: float) -> None:
     """Write the policy's log-probs of ``rows`` into ``batch.engine_logp`` (their pi at rollout time:
     the solutions were not sampled, so the engine has none)."""
     if not rows and not is_sharded(policy):
