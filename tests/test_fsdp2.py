@@ -4,8 +4,10 @@ a ``ddp`` run of as many ranks does (which ``test_distributed.py`` proves equal 
 same batch). The ranks sample with their own streams, so a one-process run draws other completions:
 the 2-rank ``ddp`` run is the reference that sees the same batch."""
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,11 +92,33 @@ def test_an_fsdp2_checkpoint_holds_each_ranks_shards_and_final_loads_with_from_p
     assert model.model.embed_tokens.weight.data_ptr() == model.lm_head.weight.data_ptr()  # ties kept
 
 
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and every process descended from it (from /proc): torchrun starts its workers in sessions of
+    their own, so a signal to torchrun's process group does not reach them."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo.extend(children.get(tree[-1], []))
+    return tree
+
+
 def test_kill_9_during_an_fsdp2_run_then_resume_ends_bit_identical(fsdp2_run, taught_model, tmp_path):
-    """SIGKILL to every process after the step-2 checkpoint; ``--resume`` continues from it."""
+    """SIGKILL to every process of a run once its step-2 checkpoint is written; ``--resume`` from that checkpoint
+    ends where the uninterrupted 5-step run ended."""
     out = tmp_path / "run"
     config = tmp_path / "config_in.yaml"
-    config.write_text(yaml.safe_dump(_config(taught_model, out, strategy="fsdp2")))
+    killed = _config(taught_model, out, strategy="fsdp2", checkpoint={"every": 2, "keep": 50})
+    # 50 steps: still running when the step-2 checkpoint appears (5 steps of this tiny run can end within one
+    # poll); the learning rate is constant, so its first steps are the 5-step run's
+    killed["train"] = {**killed["train"], "steps": 50}
+    config.write_text(yaml.safe_dump(killed))
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen([str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "rlvr", "train", str(config)],
@@ -103,10 +127,15 @@ def test_kill_9_during_an_fsdp2_run_then_resume_ends_bit_identical(fsdp2_run, ta
         deadline = time.monotonic() + 200
         while not (out / "checkpoints" / "step_000002" / "trainer_state.pt").is_file():
             assert process.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
-            time.sleep(0.2)
+            time.sleep(0.05)
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
+        for pid in _process_tree(process.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         process.wait()
+    for later in (out / "checkpoints").iterdir():  # the run went on for a few steps: resume from step 2's
+        if later.name != "step_000002":
+            shutil.rmtree(later)
     assert not (out / "final").exists()
     again = _torchrun(tmp_path, _config(taught_model, out, strategy="fsdp2"), "--resume", str(out))
     assert again.returncode == 0, again.stderr[-3000:]

@@ -131,3 +131,43 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[Messages],
     template = resolve_chat_template(chat_template)
     texts = [render_prompt(tokenizer, messages, template, tools) for messages in prompts]
     return tokenizer(texts, add_special_tokens=not _uses_template(tokenizer, template))["input_ids"]
+
+
+#: An assistant message rendered to find what the template writes after it: the end-of-turn token.
+_TURN_PROBE = [{"role": "user", "content": "What is 1 + 1?"}, {"role": "assistant", "content": "It is 2."}]
+
+
+def end_of_turn_token(tokenizer: Any, template: ChatTemplate) -> str | None:
+    """The special token the chat template closes an assistant turn with (ChatML's ``<|im_end|>``,
+    Llama 3's ``<|eot_id|>``), or None: raw prompts, a template that writes nothing special after the
+    message (the tiny model's plain join), or one that cannot render the probe turn."""
+    if not _uses_template(tokenizer, template):
+        return None
+    try:
+        text = apply_template(tokenizer, template, _TURN_PROBE, generation_prompt=False)
+    except Exception:  # a template that only renders its own message shapes: nothing to check
+        return None
+    content = _TURN_PROBE[-1]["content"]
+    after = text[text.rfind(content) + len(content):].lstrip() if content in text else ""
+    ids = tokenizer(after, add_special_tokens=False)["input_ids"] if after else []
+    first = tokenizer.convert_ids_to_tokens(ids[:1])
+    return first[0] if first and first[0] in set(tokenizer.all_special_tokens) else None
+
+
+def stop_token_warning(tokenizer: Any, templates: Sequence[ChatTemplate], stop_ids: Sequence[int]) -> str | None:
+    """A one-line warning when a chat template the run renders prompts with ends an assistant turn with a
+    token generation does not stop at (a base model whose generation config stops at ``<|endoftext|>``,
+    prompted in ChatML): its samples would run past the answer to ``max_new_tokens``."""
+    stops = set(stop_ids)
+    for template in dict.fromkeys(templates):
+        token = end_of_turn_token(tokenizer, template)
+        if token is None:
+            continue
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if token_id not in stops:
+            shown = ", ".join(f"{t!r} ({i})" for t, i in zip(tokenizer.convert_ids_to_tokens(list(stops)), stops))
+            return (f"warning: the chat template ends an assistant turn with {token!r} (id {token_id}), but generation "
+                    f"stops only at {shown or 'no token'} (the model's generation_config.json eos_token_id and the "
+                    f"tokenizer's EOS): samples will run on to max_new_tokens; add {token_id} to eos_token_id in "
+                    "generation_config.json, or render prompts with a template that matches the model")
+    return None

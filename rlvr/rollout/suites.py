@@ -70,6 +70,10 @@ class PromptEncoder:
     def template_of(self, problem: Problem) -> ChatTemplate:
         return self._templates.get(id(problem), self.chat_template)
 
+    def templates(self) -> list[ChatTemplate]:
+        """Every chat template this encoder renders prompts with (once each)."""
+        return list(dict.fromkeys(self._templates.values())) or [self.chat_template]
+
     def __call__(self, problem: Problem) -> list[int]:
         template, tools = self.template_of(problem), self._tools.get(id(problem))
         key = (template, id(tools) if tools else None, tuple((m.get("role", ""), m["content"]) for m in problem.prompt))
