@@ -131,15 +131,15 @@ def test_a_trimmed_micro_batch_has_its_own_width():
 
 def test_the_lockstep_count_is_over_the_packed_micro_batches(monkeypatch):
     """Under FSDP2 a rank fills up to the most micro-batches any rank formed, with zero-weight passes."""
-    from rlvr.recipes import update
+    from rlvr.rollout import batch as batch_module
 
     batch = _long_tailed_batch(vocab=50)
     rows = torch.arange(len(batch))
     plan = MicroBatching(64, 100)
     own = plan.split(batch, rows)
     seen = []
-    monkeypatch.setattr(update, "lockstep_passes", lambda model, count: seen.append(count) or count + 2)
-    passes = update.lockstep(batch, rows, plan, model=None)
+    monkeypatch.setattr(batch_module, "lockstep_passes", lambda model, count: seen.append(count) or count + 2)
+    passes = plan.passes(batch, rows, model=None)
     assert seen == [len(own)] and len(passes) == len(own) + 2 and passes[-2:] == [None, None]
     assert [p.tolist() for p in passes[:-2]] == [p.tolist() for p in own]
 

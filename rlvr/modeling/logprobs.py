@@ -30,7 +30,7 @@ from rlvr.modeling import fast_forward
 from rlvr.modeling.chunked_logprobs import logits_logprobs, token_logprobs
 from rlvr.modeling.fast_forward import training_with_checkpointing
 from rlvr.modeling.precision import autocast
-from rlvr.run.sharding import is_sharded, lockstep_passes
+from rlvr.run.sharding import is_sharded
 
 DEFAULT_LOGITS_CHUNK_MB = 256
 _CHUNK = "_rlvr_logits_chunk_mb"  # the attribute set_logits_chunk sets on a model
@@ -214,6 +214,15 @@ def first_seen(inverse: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.T
     return first, rank
 
 
+def prompt_index(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 completion_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(distinct, row_prompt)``: the distinct prompts of ``[prompt | completion]`` rows (ids and padding
+    mask side by side, ``[P, 2W]``, sorted) and each row's index among them ``[B]``."""
+    width = input_ids.shape[1] - completion_len
+    prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1)
+    return torch.unique(prompts, dim=0, return_inverse=True)
+
+
 def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int) -> torch.Tensor:
     """``[B, T, V]`` logits that predict the T completion tokens (position W - 1 + t predicts token t):
     :func:`completion_states` with ``states=False``."""
@@ -232,8 +241,7 @@ def completion_states(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     shared-prompt forward instead, in any order and any number per prompt.
     """
     width = input_ids.shape[1] - completion_len
-    prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1)
-    distinct, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)
+    distinct, row_prompt = prompt_index(input_ids, attention_mask, completion_len)
     # Two passes cost more fixed overhead than one: share only when it saves a quarter of the prompts.
     # A sharded model runs whole rows: one forward per pass on every rank (FSDP2's collectives pair up)
     if width == 0 or 4 * len(distinct) > 3 * len(input_ids) or training_with_checkpointing(model) \
@@ -331,23 +339,22 @@ def no_grad_logprobs(model, batch, micro_batch_size, temperature: float) -> torc
     fill the first columns of their rows, the rest (padding) is 0. The pass runs in inference mode (no
     autograd bookkeeping at all: ~7% of a small model's pass); its result is copied out as an ordinary
     tensor, which a later graph may use as a constant. A sharded model makes as many passes as the
-    rank with the most micro-batches (``lockstep_passes``), repeating its first and discarding it."""
+    rank with the most micro-batches (``MicroBatching.passes``), repeating its first and discarding it."""
     from rlvr.rollout.batch import MicroBatching, trim_window  # not at the top: rlvr.rollout imports this module
 
     plan = micro_batch_size if isinstance(micro_batch_size, MicroBatching) else MicroBatching(micro_batch_size)
     length, response = batch.completion_len, getattr(batch, "response_mask", None)
-    parts = plan.split(batch, torch.arange(len(batch), device=batch.input_ids.device))
+    everything = torch.arange(len(batch), device=batch.input_ids.device)
     logp = None
     with torch.inference_mode():
-        for index in range(lockstep_passes(model, len(parts))):
-            mine = index < len(parts)  # else a repeat of the first pass (a sharded model), discarded
-            rows = parts[index if mine else 0] if parts else torch.arange(0, device=batch.input_ids.device)
-            columns, own = trim_window(batch.attention_mask, length, rows, response)
-            part, _ = completion_logprobs(model, batch.input_ids[rows, columns], batch.attention_mask[rows, columns],
+        for rows in plan.passes(batch, everything, model):  # None: a sharded model repeats a pass, discarded
+            mine = everything[:1] if rows is None else rows
+            columns, own = trim_window(batch.attention_mask, length, mine, response)
+            part, _ = completion_logprobs(model, batch.input_ids[mine, columns], batch.attention_mask[mine, columns],
                                           own, temperature)  # [n, own]
             if logp is None:
                 logp = part.new_zeros(len(batch), length)  # [N, T]
-            if mine:
+            if rows is not None:
                 logp[rows, :own] = part
     return logp.clone() if logp is not None else torch.zeros(0, length, device=batch.input_ids.device)
 

@@ -27,16 +27,15 @@ from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate
 from rlvr.config import RunConfig
 from rlvr.modeling.loading import Reference, save_final_model, shard_for_run
 from rlvr.modeling.logprobs import no_grad_logprobs, reference_logprobs
-from rlvr.modeling.precision import weights_dtype
 from rlvr.modeling.value_model import ValueModel, build_critic, policy_parameters
 from rlvr.recipes.rl_run import RLRun
-from rlvr.recipes.update import (Mismatch, TokenMeans, UpdateSettings, global_counts, lockstep, masked_mean,
+from rlvr.recipes.update import (Mismatch, TokenMeans, UpdateSettings, global_counts, masked_mean,
                                  old_logprobs, policy_terms, rows_with_gradient, zero_weight_pass)
 from rlvr.rollout.batch import Batch, collate
 from rlvr.rollout.process_scoring import step_reward_tensor
 from rlvr.run.runtime import Distributed, full_norm, optimizer_from_config
 from rlvr.run.sharded_checkpoint import has_sharded_part
-from rlvr.run.sharding import is_sharded, lockstep_passes, whole_copy
+from rlvr.run.sharding import is_sharded, whole_copy
 from rlvr.run.tracking import PLOT_PANELS
 
 PPO_PANELS = PLOT_PANELS + [
@@ -59,7 +58,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
         shard = is_sharded(policy)
         whole_checkpoint = run.checkpoint is not None and not has_sharded_part(run.checkpoint)
         critic = build_critic(policy, path=config.critic.path or config.model.path,
-                              dtype=weights_dtype(config.model.dtype, trains_all_weights=True), device=device,
+                              dtype="float32", device=device,  # its own body trains: float32 master weights
                               lora=config.model.lora.model_dump() if config.model.lora else None,
                               resume_from=run.checkpoint / "critic" if whole_checkpoint else None,
                               gradient_checkpointing=config.model.gradient_checkpointing)
@@ -156,12 +155,11 @@ def critic_targets(batch: Batch, scores: torch.Tensor, truncated: torch.Tensor, 
     elif not s.single_pass:  # pi_old for the epochs: the engine's where it is exact, else one pass
         batch.old_logp = old_logprobs(policy, batch, s)
     values, after_last = mask.new_zeros(mask.shape), mask.new_zeros(len(batch))  # [N, T], [N]
-    parts = s.micro.split(batch, torch.arange(len(batch), device=mask.device))
-    for index in range(lockstep_passes(critic, len(parts))):  # sharded: as many passes as any rank
-        rows = parts[index] if index < len(parts) else parts[0] if parts else torch.arange(0, device=mask.device)
-        part = batch.select(rows, trim=True)  # [n, W' + T']: this micro-batch's own width
+    everything = torch.arange(len(batch), device=mask.device)
+    for rows in s.micro.passes(batch, everything, critic):  # None: a sharded critic repeats a pass, discarded
+        part = batch.select(everything[:1] if rows is None else rows, trim=True)  # [n, W' + T']: its own width
         v, v_after = critic(part.input_ids, part.attention_mask, part.completion_len, with_bootstrap=True)
-        if index < len(parts):
+        if rows is not None:
             values[rows, : part.completion_len] = v  # back into the batch's T columns (the rest is padding)
             after_last[rows] = v_after
     if is_sharded(critic):
@@ -268,7 +266,7 @@ def _policy_gradients(policy, minibatch: Batch, s: UpdateSettings, means: TokenM
     agg = global_counts(minibatch, s.dist)
     pg_loss, kl = 0.0, TokenMeans()
     rows = rows_with_gradient(minibatch, s.algo)
-    for micro_rows in lockstep(minibatch, rows, s.micro, policy):
+    for micro_rows in s.micro.passes(minibatch, rows, policy):
         if micro_rows is None:  # a sharded policy: another rank has more micro-batches than this one
             zero_weight_pass(policy, minibatch, s, agg)
             continue
@@ -291,7 +289,7 @@ def _critic_gradients(critic: ValueModel, minibatch: Batch, s: UpdateSettings, m
     agg = global_counts(minibatch, s.dist) | {"max_len": s.max_len}
     total = 0.0
     rows = (real.sum(dim=1) > 0).nonzero().squeeze(1)
-    for micro_rows in lockstep(minibatch, rows, s.micro, critic):
+    for micro_rows in s.micro.passes(minibatch, rows, critic):
         if micro_rows is None:  # a sharded critic: another rank has more micro-batches than this one
             first = minibatch.select(torch.arange(1, device=real.device), trim=True)
             (critic(first.input_ids, first.attention_mask, first.completion_len).sum() * 0.0).backward()

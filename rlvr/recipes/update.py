@@ -18,7 +18,7 @@ import torch
 from rlvr.algorithms.losses import KL_ESTIMATORS, aggregate, policy_loss
 from rlvr.algorithms.off_policy import OFF_POLICY_CORRECTIONS
 from rlvr.modeling.logprobs import completion_logprobs, no_grad_logprobs
-from rlvr.run.sharding import is_sharded, lockstep_passes
+from rlvr.run.sharding import is_sharded
 from rlvr.rollout.batch import Batch, MicroBatching
 from rlvr.run.runtime import Distributed, full_norm
 
@@ -193,7 +193,7 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
             computed_rows += len(rows)
             counts = global_counts(minibatch, s.dist)
             optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients, no zeroing pass
-            for micro_rows in lockstep(minibatch, rows, s.micro, policy):
+            for micro_rows in s.micro.passes(minibatch, rows, policy):
                 if micro_rows is None:  # a sharded policy: another rank has more micro-batches than this one
                     zero_weight_pass(policy, minibatch, s, counts)
                     continue
@@ -226,18 +226,9 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
 
 def zero_weight_pass(policy, minibatch: Batch, s: UpdateSettings, counts: dict[str, float]) -> None:
     """A forward and backward of ``minibatch``'s first row with weight 0: its gradient is 0, but a sharded
-    policy's collectives run as on the ranks that compute real rows (see :func:`lockstep`)."""
+    policy's collectives run as on the ranks that compute real rows (``MicroBatching.passes``)."""
     first = minibatch.select(torch.arange(1, device=minibatch.input_ids.device), trim=True)
     (policy_terms(policy, first, s, **counts).loss * 0.0).backward()
-
-
-def lockstep(minibatch: Batch, rows: torch.Tensor, plan: MicroBatching, model) -> list:
-    """The micro-batches (row indices into ``minibatch``) this rank runs over ``rows``: its own (``plan``:
-    a row cap, and a token budget under which ranks may form different numbers), then, for a sharded
-    ``model``, ``None`` up to the most any rank has (:func:`rlvr.run.sharding.lockstep_passes`); a
-    ``None`` is a pass with zero weight (its gradient is 0)."""
-    micro_batches = plan.split(minibatch, rows)
-    return micro_batches + [None] * (lockstep_passes(model, len(micro_batches)) - len(micro_batches))
 
 
 def global_counts(minibatch: Batch, dist: Distributed) -> dict[str, float]:

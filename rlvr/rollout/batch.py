@@ -14,6 +14,8 @@ from typing import Sequence
 
 import torch
 
+from rlvr.run.sharding import lockstep_passes
+
 from rlvr.rollout.groups import Group, is_correct
 from rlvr.verifiers.base import Reward
 
@@ -199,13 +201,22 @@ class MicroBatching:
         back, reach = row_extents(batch.attention_mask[rows], batch.completion_len,
                                   batch.response_mask[rows] if getattr(batch, "response_mask", None) is not None
                                   else None)
-        width = batch.attention_mask.shape[1] - batch.completion_len
-        prompts = torch.cat([batch.input_ids[rows, :width], batch.attention_mask[rows, :width]], dim=1)
-        source = torch.unique(prompts, dim=0, return_inverse=True)[1]  # [n] each row's prompt
+        from rlvr.modeling.logprobs import prompt_index  # not at the top: rlvr.modeling.logprobs imports this module
+
+        _, source = prompt_index(batch.input_ids[rows], batch.attention_mask[rows], batch.completion_len)
         packs = pack_rows(back.tolist(), reach.clamp(min=1).tolist(), source.tolist(), self.rows, self.tokens)
         # each micro-batch back in batch order: a group's rows (one prompt) side by side, as the
         # shared-prompt log-prob passes lay them out (rlvr/modeling/logprobs.py)
         return [rows[torch.tensor(sorted(pack), dtype=torch.long, device=rows.device)] for pack in packs]
+
+
+    def passes(self, batch, rows: torch.Tensor, model) -> list[torch.Tensor | None]:
+        """The micro-batches this rank runs over ``rows`` (:meth:`split`), then, for a sharded ``model``,
+        ``None`` up to the most any rank formed (:func:`rlvr.run.sharding.lockstep_passes`: FSDP2 gathers
+        every layer in each forward, so every rank makes as many); a ``None`` is a pass whose result the
+        caller discards (a zero-weight backward, a repeated no-grad pass)."""
+        parts = self.split(batch, rows)
+        return parts + [None] * (lockstep_passes(model, len(parts)) - len(parts))
 
 
 def pack_rows(prompt: list[int], completion: list[int], source: list[int], max_rows: int,
