@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "rlvr.commands.dpo",
     "rlvr.commands.eval",
     "rlvr.commands.tasks",
+    "rlvr.commands.config",
     "rlvr.verifiers.cli",
 ]
 
@@ -94,14 +95,22 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
         return 0
     except KeyboardInterrupt as exc:  # a training run's says where its checkpoint is and how to resume
-        print(f"rlvr {args.command}: {exc}" if str(exc) else "interrupted", file=sys.stderr)
+        if _reports():
+            print(f"rlvr {args.command}: {exc}" if str(exc) else "interrupted", file=sys.stderr)
         return 130
     except UserError as exc:
         if debug:
             raise
-        print(f"rlvr {args.command}: {exc}", file=sys.stderr)
-        print("(rlvr --debug ... shows the traceback)", file=sys.stderr)
+        if _reports():
+            print(f"rlvr {args.command}: {exc}", file=sys.stderr)
+            print("(rlvr --debug ... shows the traceback)", file=sys.stderr)
         return 2
+
+
+def _reports() -> bool:
+    """Whether this process prints a user error: under torchrun every rank meets the same one (a config, a
+    folder, a model path), and rank 0 alone says it; the others only exit with its status."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 if __name__ == "__main__":

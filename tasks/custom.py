@@ -19,6 +19,10 @@ Columns:
   ``setup_field`` for the code verifier), and/or ``reference_fields`` (``{reference key: column}``,
   for any verifier, e.g. ``{"numbers": "nums", "target": "target"}`` for ``countdown``).
 * optional ``id_field`` (default: the row number), ``solution_field`` (a gold completion for SFT).
+* optional ``environment_field``: a column naming the registered environment each problem is played
+  in as a multi-turn episode (``python``, ``tools``, a plugin's; an empty cell: single-turn), or
+  ``environment``: one environment for every problem of the data. Their options are the run's
+  ``environment.options`` (one set per environment name: a run builds each environment once).
 
 ``verifier`` defaults to ``math`` with an answer column and ``code`` with a tests column; it may be
 any registered name or an import path (``"my_pkg.rewards:Exact"``). The answer-format
@@ -67,6 +71,9 @@ class Custom(LoadedSuite):
         system_prompt: an optional system message.
         on_error: ``raise`` or ``skip`` bad rows (counted in ``skipped``).
         hub_config: the hub dataset's configuration.
+        environment: the environment every problem is played in (None: each row's
+            ``environment_field``, else none).
+        environment_field: the column naming each row's environment (empty: none).
     """
 
     name = "custom"
@@ -78,7 +85,8 @@ class Custom(LoadedSuite):
                  reference_fields: dict[str, str] | None = None, entry_point_field: str | None = None,
                  setup_field: str | None = None, id_field: str | None = None, solution_field: str | None = None,
                  verifier: str | None = None, instruction: str | None = None, system_prompt: str | None = None,
-                 on_error: str = "raise", hub_config: str | None = None):
+                 on_error: str = "raise", hub_config: str | None = None, environment: str | None = None,
+                 environment_field: str | None = None):
         if path is None:
             raise InvalidValueError("custom: pass path= a local .jsonl/.csv/.parquet file or folder, or a Hugging Face dataset name")
         if not (answer_field or tests_field or reference_fields):
@@ -91,6 +99,15 @@ class Custom(LoadedSuite):
         if verifier not in VERIFIERS:  # a registered name, or an import path ("my_pkg.rewards:Exact")
             raise InvalidValueError(f"custom: {VERIFIERS.unknown(verifier)}")
         self.default_verifier = verifier
+        from rlvr.tasks.environments import ENVIRONMENTS  # names only: environments are built by the run
+
+        self._environments = set(ENVIRONMENTS.names())
+        if environment is not None and environment not in self._environments:
+            raise InvalidValueError(f"custom: environment: {ENVIRONMENTS.unknown(environment)}")
+        if environment is not None and environment_field is not None:
+            raise InvalidValueError("custom: give environment= (one for all problems) or environment_field= "
+                                    "(a column), not both")
+        self.environment, self.environment_field = environment, environment_field
         self.split, self.prompt_field, self.answer_field, self.tests_field = split, prompt_field, answer_field, tests_field
         self.reference_fields = dict(reference_fields or {})
         self.entry_point_field, self.setup_field = entry_point_field, setup_field
@@ -160,4 +177,17 @@ class Custom(LoadedSuite):
             verifier=self.default_verifier,
             solution=solution or None,
             meta={"source": record.where},
+            environment=self._environment(record),
         )
+
+    def _environment(self, record: Record) -> str | None:
+        """The row's environment: ``environment``, or its ``environment_field`` cell (empty: none)."""
+        if self.environment_field is None:
+            return self.environment
+        name = record.get(self.environment_field, required=False, allow_empty=True)
+        if not name or not name.strip():
+            return None
+        if name.strip() not in self._environments:
+            raise DataError(record.where, self.environment_field, f"unknown environment {name!r}; valid environments: "
+                                                                  f"{', '.join(sorted(self._environments))}")
+        return name.strip()

@@ -35,6 +35,11 @@ a run can set one for all problems (``environment.name``). Registering one::
             hint = "higher" if guess < self.target else "lower"
             return EnvStep(messages=[{"role": "user", "content": hint}])
 
+Environment code may fail in any way without harming the run: an exception from ``episode()``,
+``step()`` or ``close()``, a call that does not return within its deadline, or a reply that is not an
+:class:`EnvStep` ends that episode alone as an ``error`` (masked from the loss, counted), and the
+other episodes go on (``rlvr/rollout/episodes.py``, docs/environments.md "Faults").
+
 Third-party packages register through the entry-point group ``rlvr.environments``, like verifiers.
 Built in: ``tools`` runs the model's tool calls (:class:`ToolEnvironment`), ``python`` the fenced
 python blocks it writes (:class:`PythonEnvironment`, ToRL's format).
@@ -42,14 +47,14 @@ python blocks it writes (:class:`PythonEnvironment`, ToRL's format).
 
 from __future__ import annotations
 
-import importlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from rlvr.tasks.base import Problem
 from rlvr.tasks.tools import CALL_FORMATS, PythonTool, ToolSandboxError, call_tool, parse_tool_calls, tool_schema
-from rlvr.verifiers.errors import InvalidValueError
-from rlvr.verifiers.plugins import Registry, check_options
+from rlvr.verifiers.errors import InvalidValueError, OptionError, PluginLoadError, UserError
+from rlvr.verifiers.plugins import Registry, check_options, import_path, is_import_path
 
 
 @dataclass
@@ -75,13 +80,15 @@ class EnvStep:
 
 class EnvironmentFailure(RuntimeError):
     """The environment itself failed (e.g. the sandbox could not run a tool): the episode is an
-    ``error``, masked from the loss and counted, never a reward of 0."""
+    ``error``, masked from the loss and counted, never a reward of 0, with this message as its reason.
+    (Any other exception from an environment's code ends its episode the same way, its message
+    prefixed with the call and the exception's type: ``step() raised ValueError: ...``.)"""
 
 
 @runtime_checkable
 class Episode(Protocol):
     """One episode's state; ``step`` is called after each assistant turn. An optional ``close()``
-    is called when the episode ends, however it ends."""
+    is called once when the episode ends, however it ends (a failure or a timeout included)."""
 
     def step(self, text: str) -> EnvStep: ...
 
@@ -89,7 +96,9 @@ class Episode(Protocol):
 @runtime_checkable
 class Environment(Protocol):
     """Starts episodes. An optional ``tool_schemas()`` lists the JSON schemas of its tools, which a
-    chat template that takes ``tools`` renders into the prompt."""
+    chat template that takes ``tools`` renders into the prompt; an optional ``step_timeout_s``
+    attribute says how long one call into its code may legitimately take (the episode runner waits
+    the larger of it and ``environment.step_timeout_s``; past that, the episode is an ``error``)."""
 
     name: str
 
@@ -119,8 +128,15 @@ def check_environment(name: str, options: dict | None = None) -> Callable[..., A
 
 def get_environment(name: str, **options: Any) -> Environment:
     """Build the environment ``name`` with ``options``; an unknown name lists the registered ones, an
-    option it does not take lists the ones it does."""
-    return check_environment(name, options)(**options)
+    option it does not take lists the ones it does, and a value its constructor refuses (any
+    exception: a plugin raises what it likes) is an :class:`OptionError` naming the environment."""
+    factory = check_environment(name, options)
+    try:
+        return factory(**options)
+    except UserError:
+        raise
+    except Exception as exc:
+        raise OptionError(f"environment {name!r} refused its options: {type(exc).__name__}: {str(exc)[:300]}") from exc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,12 +156,21 @@ class ToolEnvironment:
             </tool_call>``, the Hermes/Qwen chat templates' format) or ``code`` (a fenced python
             block runs in the ``python`` tool: ToRL's format, for models without a tool format).
         max_calls_per_turn: calls run per turn; later ones are ignored.
-        timeout_s, memory_mb, max_output_chars, full_traceback: the ``python`` tool's limits per call
-            (seconds, MiB, characters of output kept) and whether it returns a whole traceback rather
-            than its last line.
+        timeout_s, max_output_chars: every tool call's limits: seconds it may take (the ``python``
+            tool's program is killed then; a typed tool's thread is abandoned, Python cannot kill
+            it, and the call is an ``error:`` observation) and characters of its observation kept
+            (head and tail).
+        memory_mb, full_traceback: the ``python`` tool's memory limit per call (MiB) and whether it
+            returns a whole traceback rather than its last line.
+
+    A call's arguments are checked against the tool's type hints before it runs: a string for an
+    ``int`` is an ``error:`` observation naming the argument and the type it must have.
     """
 
     name = "tools"
+    #: seconds each call may take beyond ``timeout_s`` (the sandbox's start and teardown), for the
+    #: step deadline this environment declares (:attr:`step_timeout_s`)
+    CALL_SLACK_S = 5.0
 
     def __init__(self, tools: Sequence[str] = ("python",), call_format: str = "json", max_calls_per_turn: int = 4,
                  timeout_s: float = 5.0, memory_mb: int = 256, max_output_chars: int = 1000,
@@ -153,9 +178,20 @@ class ToolEnvironment:
         if call_format not in CALL_FORMATS:
             raise InvalidValueError(f"environment tools: call_format must be one of {', '.join(CALL_FORMATS)}, "
                                     f"got {call_format!r}")
-        if max_calls_per_turn < 1:
-            raise InvalidValueError(f"environment tools: max_calls_per_turn must be >= 1, got {max_calls_per_turn}")
+        if isinstance(max_calls_per_turn, bool) or not isinstance(max_calls_per_turn, int) or max_calls_per_turn < 1:
+            raise InvalidValueError(f"environment tools: max_calls_per_turn must be an integer >= 1, got "
+                                    f"{max_calls_per_turn!r}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
+            raise InvalidValueError(f"environment tools: timeout_s must be a finite number of seconds > 0, got "
+                                    f"{timeout_s!r}")
+        if isinstance(max_output_chars, bool) or not isinstance(max_output_chars, int) or max_output_chars < 1:
+            raise InvalidValueError(f"environment tools: max_output_chars must be an integer >= 1, got "
+                                    f"{max_output_chars!r}")
         self.call_format, self.max_calls_per_turn = call_format, max_calls_per_turn
+        self.timeout_s, self.max_output_chars = float(timeout_s), max_output_chars
+        # The longest one step may legitimately take: every call at its deadline. The episode runner
+        # waits for a step the larger of this and environment.step_timeout_s.
+        self.step_timeout_s = max_calls_per_turn * (self.timeout_s + self.CALL_SLACK_S)
         self.tools: dict[str, Callable] = {}
         for spec in [tools] if isinstance(tools, str) else tools:
             tool = (PythonTool(timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars,
@@ -199,7 +235,7 @@ class ToolEpisode:
         out = EnvStep(tool_calls=len(calls))
         for call in calls:
             try:
-                result = call_tool(env.tools, call)
+                result = call_tool(env.tools, call, timeout_s=env.timeout_s, max_output_chars=env.max_output_chars)
             except ToolSandboxError as exc:
                 raise EnvironmentFailure(f"the sandbox could not run tool {call.name!r}: {exc}") from None
             out.messages.append({"role": "tool", "name": call.name or "unknown", "content": result.content})
@@ -209,13 +245,16 @@ class ToolEpisode:
 
 
 def _import_tool(spec: str) -> Callable:
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
+    """The function at ``"module:function"``, found as a verifier named by import path is (a module in
+    the current folder included: :func:`rlvr.verifiers.plugins.import_path`)."""
+    if not is_import_path(spec):
         raise InvalidValueError(f"environment tools: tool {spec!r} is neither 'python' nor a 'module:function' path")
     try:
-        tool = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidValueError(f"environment tools: cannot import tool {spec!r}: {exc}") from None
-    tool_schema(tool)  # a tool without type hints or a docstring fails here, naming what is missing
+        tool = import_path(spec, "tool")
+    except PluginLoadError as exc:
+        raise InvalidValueError(f"environment tools: {exc}") from None
+    try:
+        tool_schema(tool)  # a tool without type hints or a docstring fails here, naming what is missing
+    except ValueError as exc:
+        raise InvalidValueError(f"environment tools: {exc}") from None
     return tool
-

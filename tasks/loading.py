@@ -248,12 +248,72 @@ def _parquet_rows(path: str) -> Iterator[dict]:
         yield from batch.to_pylist()
 
 
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
 def _hub_rows(name: str, split: str, config: str | None) -> Iterator[dict]:
+    """The rows of the hub dataset ``name``, or one line saying why it cannot be had and what to use instead.
+
+    Offline, ``datasets`` retries the hub five times (about 25 s) and then raises a ``ConnectionError``
+    traceback; so the hub is probed first (a TCP connection, at most :data:`HUB_PROBE_TIMEOUT_S`), and a
+    hub that cannot be reached is reported at once. ``HF_HUB_OFFLINE=1`` (or ``HF_DATASETS_OFFLINE=1``)
+    skips the probe and reads the ``datasets`` cache only.
+    """
     try:
         import datasets
     except ImportError as exc:  # pragma: no cover - datasets is a core dependency
         raise ImportError("loading a Hugging Face dataset needs the `datasets` package") from exc
-    yield from datasets.load_dataset(name, config, split=split)
+    local = ("pass path= a local copy instead (.jsonl, .json, .csv or .parquet; e.g. written on a machine with "
+             "network by datasets' load_dataset(...).to_json(FILE))")
+    offline = bool(datasets.config.HF_HUB_OFFLINE)
+    if not offline:
+        endpoint = _hub_endpoint()
+        problem = _unreachable(endpoint)
+        if problem:
+            raise MissingFileError(f"{name}: cannot fetch this Hugging Face dataset: the hub ({endpoint}) cannot be "
+                                   f"reached ({problem}); {local}, or set HF_HUB_OFFLINE=1 to read a copy already "
+                                   "in the datasets cache")
+    try:
+        dataset = datasets.load_dataset(name, config, split=split)
+    except (ConnectionError, FileNotFoundError, ValueError) as exc:  # DatasetNotFoundError is a FileNotFoundError
+        reason = " ".join(str(exc).split())[:300]
+        if offline:
+            raise MissingFileError(f"{name}: this Hugging Face dataset is not in the datasets cache, and HF_HUB_OFFLINE "
+                                   f"(or HF_DATASETS_OFFLINE) keeps it from being fetched ({reason}); {local}, or "
+                                   "unset it on a machine with network") from exc
+        raise MissingFileError(f"{name}: cannot load this Hugging Face dataset (split {split!r}"
+                               f"{f', config {config!r}' if config else ''}): {reason}; check the name, split and "
+                               f"config, or {local}") from exc
+    yield from dataset
+
+
+def _hub_endpoint() -> str:
+    """The hub ``datasets`` talks to (``HF_ENDPOINT``), read when asked: huggingface_hub holds it."""
+    try:
+        from huggingface_hub import constants
+
+        return constants.ENDPOINT
+    except ImportError:  # pragma: no cover - a dependency of datasets
+        return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+
+
+def _unreachable(endpoint: str) -> str | None:
+    """Why a TCP connection to ``endpoint`` cannot be opened (None: it can). Behind an HTTP(S) proxy the
+    proxy decides, so no probe is made."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(var) for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return None
+    url = urlsplit(endpoint)
+    if not url.hostname:
+        return f"not a URL: {endpoint!r}"
+    try:
+        with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                      timeout=HUB_PROBE_TIMEOUT_S):
+            return None
+    except OSError as exc:
+        return str(exc) or type(exc).__name__
 
 
 def _read_rows(source: str, rows: Iterable[Any], unit: str) -> Iterator[Record]:

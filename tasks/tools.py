@@ -9,9 +9,13 @@ turns and feeds each result back as an observation. The pieces here need no toke
   (Hermes/Qwen ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``) or ``"code"`` (ToRL:
   each ```` ```python ```` block calls ``python``). Malformed calls come back with ``error`` set.
 * :class:`PythonTool`: the built-in ``python`` tool, running programs in :mod:`rlvr.sandbox`.
-* :func:`call_tool`: runs one call; every failure of the *model* (unknown tool, bad arguments, a
-  raising tool, a crashing program) becomes an observation. Only :class:`ToolSandboxError`, a
-  failure of the sandbox itself, propagates: then the episode is broken, not the answer.
+* :func:`call_tool`: runs one call; every failure of the *model* (unknown tool, arguments of the
+  wrong name or type, a raising tool, a tool past its deadline, a crashing program) becomes an
+  observation. Only :class:`ToolSandboxError`, a failure of the sandbox itself, propagates: then the
+  episode is broken, not the answer.
+* :func:`run_with_deadlines` (from :mod:`rlvr.verifiers.threads`): runs calls in daemon threads and
+  stops waiting for each at its deadline (the episode runner runs environment steps with it,
+  :func:`call_tool` typed tools).
 
 Example::
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import re
 import time
 import types
@@ -36,9 +41,10 @@ from itertools import takewhile
 from typing import Any, Callable, Literal, Union
 
 from rlvr.sandbox import IsolationError, Limits, execute
+from rlvr.verifiers.threads import Outcome, run_with_deadlines
 
-__all__ = ["CALL_FORMATS", "PythonTool", "ToolCall", "ToolResult", "ToolSandboxError", "call_tool",
-           "parse_tool_calls", "tool_schema"]
+__all__ = ["CALL_FORMATS", "Outcome", "PythonTool", "ToolCall", "ToolResult", "ToolSandboxError", "call_tool",
+           "check_arguments", "parse_tool_calls", "run_with_deadlines", "tool_schema"]
 
 CALL_FORMATS = ("json", "code")
 
@@ -331,16 +337,27 @@ class ToolResult:
     latency_s: float
 
 
-def call_tool(tools: dict[str, Callable], call: ToolCall) -> ToolResult:
+def call_tool(tools: dict[str, Callable], call: ToolCall, *, timeout_s: float | None = None,
+              max_output_chars: int | None = None) -> ToolResult:
     """Run one call from :func:`parse_tool_calls` with ``tools`` (by name); a failure of the model's
     making becomes an ``"error: ..."`` observation. Raises :class:`ToolSandboxError`, which is the
-    environment's failure, not the model's."""
+    environment's failure, not the model's.
+
+    Args:
+        timeout_s: seconds a typed tool (any tool but :class:`PythonTool`, whose sandbox has its own
+            limit) may take; past them the call is an ``error:`` observation. The tool runs in a
+            daemon thread that is abandoned at the deadline: Python cannot kill a thread, so a tool
+            that never returns keeps its thread (and whatever it holds) until the process ends.
+        max_output_chars: characters of a typed tool's observation (its result, or its exception's
+            message) kept; longer ones keep their head and tail. :class:`PythonTool` cuts its own.
+    """
     start = time.perf_counter()
-    content, failed = _run_call(tools, call)
+    content, failed = _run_call(tools, call, timeout_s, max_output_chars)
     return ToolResult(content, failed, time.perf_counter() - start)
 
 
-def _run_call(tools: dict[str, Callable], call: ToolCall) -> tuple[str, bool]:
+def _run_call(tools: dict[str, Callable], call: ToolCall, timeout_s: float | None,
+              max_output_chars: int | None) -> tuple[str, bool]:
     if call.error is not None:
         return f"error: {call.error}", True
     tool = tools.get(call.name)
@@ -352,12 +369,93 @@ def _run_call(tools: dict[str, Callable], call: ToolCall) -> tuple[str, bool]:
         inspect.signature(target).bind(**call.arguments)
     except TypeError as e:
         return f"error: bad arguments for {call.name!r}: {e}", True
-    try:
-        output = target(**call.arguments)
-    except ToolSandboxError:
-        raise
-    except Exception as e:  # the model sees what went wrong and may retry, as in TRL
-        return f"error: {type(e).__name__}: {e}", True
+    if (wrong := check_arguments(target, call.arguments)) is not None:
+        return f"error: bad arguments for {call.name!r}: {wrong}", True
     if isinstance(tool, PythonTool):
-        return output
-    return output if isinstance(output, str) else str(output), False
+        return tool.run(**call.arguments)  # raises ToolSandboxError; the sandbox enforces the limits
+
+    def run() -> str:  # str() of a huge result runs in the tool's thread too, under its deadline
+        output = target(**call.arguments)
+        return output if isinstance(output, str) else str(output)
+
+    [outcome] = run_with_deadlines([run], timeout_s)
+    cap = max_output_chars or math.inf
+    if outcome.timed_out:
+        return f"error: tool {call.name!r} did not return within {timeout_s:g} s", True
+    if isinstance(outcome.error, ToolSandboxError):
+        raise outcome.error
+    if outcome.error is not None:  # the model sees what went wrong and may retry, as in TRL
+        return _cut(f"error: {type(outcome.error).__name__}: {_message(outcome.error)}", cap), True
+    return _cut(outcome.value, cap), False
+
+
+def _message(error: BaseException) -> str:
+    """``str(error)``, or what says it could not be had (an exception's ``__str__`` is the tool's code too)."""
+    try:
+        return str(error)
+    except Exception:
+        return "(its message could not be read)"
+
+
+# --- argument types -----------------------------------------------------------------------------
+
+def check_arguments(function: Callable, arguments: dict) -> str | None:
+    """Why ``arguments`` (JSON values, by name) do not match ``function``'s type hints, or None when
+    they do: ``argument 'a' must be an integer, got a string '1'``. An int passes for a float (JSON
+    writes ``2.0`` as ``2``); a bool is not an int; ``None`` passes only an ``Optional``. Arguments
+    without a hint, and hints outside what :func:`tool_schema` supports, are not checked."""
+    target = function if inspect.isfunction(function) or inspect.ismethod(function) else function.__call__
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:  # unresolvable annotations: nothing to check against
+        return None
+    for name, value in arguments.items():
+        if name in hints and (expected := _mismatch(hints[name], value)) is not None:
+            return f"argument {name!r} must be {expected}, got {_describe(value)}"
+    return None
+
+
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "a boolean (true/false)",
+               list: "an array", dict: "an object"}
+
+
+def _mismatch(hint: Any, value: Any) -> str | None:
+    """What ``hint`` expects, when ``value`` is not that; None when it is (or cannot be checked)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        wrong = [_mismatch(a, value) for a in args if a is not type(None)]
+        if (value is None and type(None) in args) or None in wrong:
+            return None
+        return " or ".join(w for w in wrong if w) + (" or null" if type(None) in args else "")
+    if origin is Literal:
+        # 1 == True in Python: a value matches a Literal only with the same type as well
+        return None if any(value == a and type(value) is type(a) for a in args) else \
+            "one of " + ", ".join(json.dumps(a) for a in args)
+    if origin is list or hint is list:
+        if not isinstance(value, list):
+            return _TYPE_WORDS[list]
+        for k, item in enumerate(value):
+            if args and (inner := _mismatch(args[0], item)) is not None:
+                return f"an array whose items are each {inner} (item {k} is {_describe(item)})"
+        return None
+    if origin is dict or hint is dict:
+        return None if isinstance(value, dict) else _TYPE_WORDS[dict]
+    if hint is bool:
+        return None if isinstance(value, bool) else _TYPE_WORDS[bool]
+    if hint is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else _TYPE_WORDS[int]
+    if hint is float:
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else _TYPE_WORDS[float]
+    if hint is str:
+        return None if isinstance(value, str) else _TYPE_WORDS[str]
+    return None
+
+
+def _describe(value: Any) -> str:
+    """``a string '1'``: a JSON value's type and a short view of it, for an error observation."""
+    kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
+            dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
+    if value is None:
+        return kind
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return f"{kind} {text if len(text) <= 40 else text[:37] + '...'}"

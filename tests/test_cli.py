@@ -67,3 +67,17 @@ def test_train_with_a_bad_key_names_it(tmp_path):
 def test_train_without_config_or_resume_is_a_usage_error():
     result = subprocess.run([sys.executable, "-m", "rlvr.cli", "train"], capture_output=True, text=True)
     assert result.returncode == 2 and "CONFIG" in result.stderr
+
+
+@pytest.mark.parametrize("content", ["", "\n\n"])
+def test_verify_of_a_file_with_nothing_to_score_exits_1_in_one_line(tmp_path, capsys, content):
+    """README: `rlvr verify` exits 1 when nothing is scored; an empty input scores nothing (and writes no output)."""
+    from rlvr.cli import main
+
+    source = tmp_path / "empty.jsonl"
+    source.write_text(content)
+    code = main(["verify", "--verifier", "numeric", "--input", str(source), "--workers", "0",
+                 "--output", str(tmp_path / "scored.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "nothing to score" in err and str(source) in err
+    assert not (tmp_path / "scored.jsonl").exists()

@@ -126,7 +126,8 @@ def test_a_spamming_tool_stops_at_exactly_max_turns():
     episodes, _ = runner(Echo(rounds=100), max_turns=3, max_episode_tokens=500)
     [[episode]] = episodes.generate(engine, [problem()], [ids("x")], 1, SAMPLING)
     assert episode.episode.stop == "max_turns" and episode.episode.turns == 3 and len(engine.calls) == 3
-    assert episode.finish_reason == "length"  # cut, not finished: overlong filtering treats it as truncated
+    # the model finished its last turn (EOS): the verifier reads it as an answer; only a budget cut is "length"
+    assert episode.finish_reason == "stop"
     assert episode.token_ids[-1] == EOS  # the last thing in the row is the model's turn, not an unanswered call
 
 

@@ -143,6 +143,21 @@ def test_kill_9_during_an_fsdp2_run_then_resume_ends_bit_identical(fsdp2_run, ta
     assert _max_difference(_weights(out), _weights(fsdp2_run[0])) == 0.0
 
 
+def test_a_two_rank_fsdp2_checkpoint_resumes_on_one_process(fsdp2_run, tmp_path):
+    """Issue 42 item 14: one process (which runs unsharded) resumed it with "holds no state for optimizer ...
+    start the run again with --overwrite"; DCP reshards the policy and its optimizer on load."""
+    from rlvr.cli import main
+
+    out = tmp_path / "run"
+    shutil.copytree(fsdp2_run[0], out)
+    shutil.rmtree(out / "final")
+    assert main(["train", "--resume", str(out), "train.steps=6", "train.threads=1"]) == 0
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")][-2:] == [5, 6]
+    # the optimizer continued from the shards' moments, not from zero: its step count went on from 5
+    state = torch.load(out / "checkpoints" / "step_000006" / "trainer_state.pt", weights_only=True)
+    assert {int(v["step"]) for v in state["optimizer"]["state"].values()} == {6}
+
+
 def test_lora_under_fsdp2_trains_the_ddp_adapters(taught_model, tmp_path):
     lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
     runs = {}

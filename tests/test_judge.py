@@ -117,7 +117,7 @@ def test_logprob_and_score_verdicts(tmp_path):
         reward = _score(_options(judge, tmp_path, verdict="logprob"), ["It is 7"])[0]
         assert judge.bodies[0]["logprobs"] is True and judge.bodies[0]["max_tokens"] == 1
     assert reward.score == pytest.approx(0.8 / 0.9)
-    replies = {"a": "Reasoning... Score: 7", "b": "Score: 11", "c": "10"}
+    replies = {"a": "Reasoning... the answer is right.\n**Score:** 7", "b": "Score: 11", "c": "10"}
     with FakeJudgeServer(lambda user: replies[user.split("\n</response-")[0][-1]]) as judge:
         rewards = _score(_options(judge, tmp_path, verdict="score", scale=[1, 10]), ["a", "b", "c"])
     assert rewards[0].score == pytest.approx(6 / 9) and rewards[2].score == 1.0
@@ -157,18 +157,20 @@ def test_bad_options_name_the_fix(tmp_path):
         get_verifier("judge", model="m", base_url="http://x/v1", verdict="stars")
     with pytest.raises(OptionError, match=r"must contain \{response\}"):
         get_verifier("judge", model="m", base_url="http://x/v1", template="Grade {question} please")
-    with pytest.raises(OptionError, match="needs base_url"):
+    with pytest.raises(OptionError, match="needs option base_url"):
         get_verifier("judge", model="m")
     with pytest.raises(OptionError, match=r"unknown field\(s\) \['answer'\]"):
         get_verifier("judge", model="m", base_url="http://x/v1", template="{answer} {response}")
 
 
 def test_a_missing_reference_and_an_overlong_response_are_not_sent(tmp_path):
+    """An over-long response is not sent and abstains (masked and counted, with the reason), not a silent
+    0 with status ok; a missing reference is the data's error."""
     with FakeJudgeServer() as judge:
         rewards = _score(_options(judge, tmp_path, max_response_chars=50), ["It is 7", "x" * 51], [{}, REF])
         assert judge.calls == 0
     assert rewards[0].status == "error" and "has no 'answer'" in rewards[0].info["error"]
-    assert rewards[1].status == "ok" and rewards[1].score == 0.0
+    assert rewards[1].status == "abstain" and "over max_response_chars=50" in rewards[1].info["error"]
 
 
 def test_the_audit_catches_injection_with_the_default_template_and_not_a_naive_one(tmp_path, capsys):
@@ -198,7 +200,9 @@ def test_the_http_backend_alone_sends_requests_and_parses_replies():
 @pytest.mark.slow
 def test_a_local_judge_model_scores_in_batches(tiny_model, tmp_path):
     """The ``local`` backend (an entry point of the rlvr distribution) runs a model folder in this process;
-    the tiny char-level model answers no verdict, so every sample abstains: masked, never 0."""
+    the tiny char-level model answers no verdict, so every sample abstains: masked, never 0. (Its context
+    is 256 characters: a short template fits; the default one would be over it, an error per sample:
+    tests/test_judge_hostile.py.)"""
     from rlvr.modeling.judge_model import LocalJudge
     from rlvr.verifiers.judge_backends import get_judge_backend
 
@@ -206,7 +210,8 @@ def test_a_local_judge_model_scores_in_batches(tiny_model, tmp_path):
     assert isinstance(backend, LocalJudge)
     replies = backend.complete([JudgeRequest((("user", "3+4=7?"),), max_tokens=4, top_logprobs=5)] * 3)
     assert len(replies) == 3 and all(len(r.top_logprobs) >= 1 for r in replies) and replies[0].text == replies[2].text
-    options = {"model": str(tiny_model), "backend": "local", "verdict": "logprob", "cache_path": str(tmp_path / "c.sqlite")}
+    options = {"model": str(tiny_model), "backend": "local", "verdict": "logprob", "cache_path": str(tmp_path / "c.sqlite"),
+               "template": "{question} {response} yes or no?", "system": ""}
     rewards = _score(options, ["7", "8"])
     assert {r.status for r in rewards} <= {"ok", "abstain"} and all(0 <= r.score <= 1 for r in rewards)
 

@@ -55,3 +55,14 @@ def test_resumed_runs_count_from_where_they_were():
     for _ in range(10):
         bar.update(1)
     assert log.getvalue().splitlines()[0].startswith("grpo: step 95/100")
+
+
+def test_a_stop_rule_makes_the_eta_an_upper_bound(monkeypatch):
+    """Issue 42 item 24: SFT's ETA was the step cap's time as if the run would reach it; with
+    eval.stop_at_accuracy it may stop far sooner, so the time is said to be a bound, with the rule."""
+    clock = iter(float(t) for t in range(0, 1000, 10))  # 10 s per step
+    monkeypatch.setattr("rlvr.run.progress.time.monotonic", lambda: next(clock))
+    log = io.StringIO()
+    bar = PlainProgress(100, "sft", stream=log, every=1, until="eval accuracy 0.3")
+    bar.update(1)
+    assert "eta at most 16m (stops at eval accuracy 0.3)" in log.getvalue()

@@ -213,6 +213,7 @@ def test_hub_names_go_through_datasets(monkeypatch):
         return [{"question": "What is 1 + 1?", "answer": "Add.\n#### 2"}]
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr("rlvr.tasks.loading._unreachable", lambda endpoint: None)  # as if online (the hub probe)
     suite = get_task("gsm8k", path="openai/gsm8k", split="test")
     assert calls == [("openai/gsm8k", "main", "test")]
     assert suite[0].reference == {"answer": "2"} and suite[0].meta["source"] == "openai/gsm8k[test] row 1"

@@ -6,6 +6,7 @@ The PythonTool tests run real programs and need the sandbox (bubblewrap); they s
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from typing import Literal, Optional
 
@@ -13,8 +14,8 @@ import pytest
 
 from rlvr.sandbox import capabilities
 from rlvr.tasks.tools import (
-    CALL_FORMATS, PythonTool, ToolCall, ToolResult, ToolSandboxError, call_tool, parse_tool_calls,
-    tool_schema,
+    CALL_FORMATS, PythonTool, ToolCall, ToolResult, ToolSandboxError, call_tool, check_arguments, parse_tool_calls,
+    run_with_deadlines, tool_schema,
 )
 
 CAPS = capabilities()
@@ -352,3 +353,52 @@ def test_call_tool_python_reports_failed_programs():
     assert (result.content, result.failed) == ("ZeroDivisionError: division by zero", True)
     result = call_tool(tools, ToolCall("python", {"source": "1/0"}))
     assert result.failed and result.content.startswith("error: bad arguments for 'python'")
+
+
+# --- argument types and deadlines ---------------------------------------------------------------
+
+@pytest.mark.parametrize("arguments, problem", [
+    ({"query": "q", "limit": "3"}, "argument 'limit' must be an integer, got a string '3'"),
+    ({"query": "q", "limit": True}, "argument 'limit' must be an integer, got a boolean true"),
+    ({"query": "q", "limit": 3.0}, "argument 'limit' must be an integer, got a number 3.0"),
+    ({"query": 7, "limit": 3}, "argument 'query' must be a string, got an integer 7"),
+    ({"query": "q", "limit": 3, "score": "high"}, "argument 'score' must be a number, got a string 'high'"),
+    ({"query": "q", "limit": 3, "order": "newest"}, "argument 'order' must be one of \"new\", \"old\""),
+    ({"query": "q", "limit": 3, "tags": ["a", 1]}, "argument 'tags' must be an array whose items are each a string"),
+    ({"query": "q", "limit": 3, "exact": 1}, "argument 'exact' must be a boolean (true/false), got an integer 1"),
+    ({"query": "q", "limit": 3, "filters": []}, "argument 'filters' must be an object, got an array []"),
+    ({"query": None, "limit": 3}, "argument 'query' must be a string, got null"),
+])
+def test_arguments_are_checked_against_the_type_hints(arguments, problem):
+    assert check_arguments(search, arguments).startswith(problem)
+
+
+def test_well_typed_arguments_pass():
+    assert check_arguments(search, {"query": "q", "limit": 3, "score": 1, "lang": None, "tags": None,
+                                    "order": "old", "exact": False, "filters": {"a": 1}}) is None  # an int is a number
+    assert check_arguments(PythonTool().run, {"code": "print(1)"}) is None
+
+
+def test_run_with_deadlines_keeps_order_bounds_concurrency_and_abandons_hung_calls():
+    hang, lock, running, most = threading.Event(), threading.Lock(), [0], [0]
+
+    def counted(value):
+        def call():
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            time.sleep(0.05)
+            with lock:
+                running[0] -= 1
+            return value
+        return call
+
+    def fails():
+        raise SystemExit(3)  # even this is the call's outcome
+
+    start = time.perf_counter()
+    outcomes = run_with_deadlines([hang.wait, hang.wait, *[counted(k) for k in range(4)], fails], 0.3, workers=2)
+    assert time.perf_counter() - start < 0.9  # two hung calls cost one deadline, not forever
+    assert [o.timed_out for o in outcomes] == [True, True] + [False] * 5
+    assert [o.value for o in outcomes[2:6]] == [0, 1, 2, 3] and isinstance(outcomes[6].error, SystemExit)
+    assert most[0] <= 2  # the slots of abandoned calls went to the next ones, never more than workers at once

@@ -380,3 +380,129 @@ def test_broken_plugins_are_marked_in_listings_with_the_whole_reason(capsys, mon
     assert "math" in out  # the others are still listed
     code, out, _ = run_cli(capsys, "tasks", "list", "--no-sizes")
     assert code == 0 and "my_broken_suite" in out and "BROKEN" in out and reason.strip() in out
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 42 item 22: a broken model folder, a hub dataset offline, the right knob, a missing tracker
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("breakage, fragment", [
+    (lambda d: (d / "config.json").write_text("{oops"), "config.json is not valid JSON (line 1"),
+    (lambda d: (d / "config.json").write_text(json.dumps({"model_type": "nosuch"})), "model_type 'nosuch'"),
+    (lambda d: (d / "model.safetensors").unlink(), "it holds no weights (none of model.safetensors"),
+    (lambda d: (d / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\nsize 9\n"),
+     "model.safetensors is a Git LFS pointer"),
+])
+def test_a_broken_model_folder_is_one_line_naming_it(capsys, tmp_path, tiny_model, breakage, fragment):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    breakage(model)
+    cfg = write_config(tmp_path / "c.yaml", model, tmp_path / "run")
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert code == 2
+    assert_one_line(err, f"model.path: {model} is not a usable model folder: ", fragment)
+
+
+def test_a_truncated_weights_file_or_a_missing_tokenizer_is_one_line(tmp_path, tiny_model):
+    import shutil
+
+    from rlvr.modeling.loading import load_policy, load_tokenizer
+    from rlvr.verifiers.errors import UserError
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    weights = (model / "model.safetensors").read_bytes()
+    (model / "model.safetensors").write_bytes(weights[: len(weights) // 2])  # an interrupted download
+    with pytest.raises(UserError, match=f"model folder {model}: its weights cannot be loaded"):
+        load_policy(model)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (model / name).unlink()
+    with pytest.raises(UserError, match="is not a usable model folder: it holds no tokenizer"):
+        load_tokenizer(model)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_hub_dataset_that_cannot_be_fetched_is_one_line_at_once(capsys, monkeypatch):
+    """No five retries and a ConnectionError traceback: the hub is probed first (here: a closed port)."""
+    import datasets
+    from huggingface_hub import constants
+
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    argv = ["tasks", "show", "custom", "--path", "someorg/no-such-data", "--option", "prompt_field=q",
+            "--option", "answer_field=a"]
+    started = time.perf_counter()
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and time.perf_counter() - started < 10
+    assert_one_line(err, "someorg/no-such-data: cannot fetch this Hugging Face dataset", f"hub ({endpoint})",
+                    "pass path= a local copy", "HF_HUB_OFFLINE=1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # offline mode: the cache only
+    code, _, err = run_cli(capsys, *argv)
+    assert_one_line(err, "someorg/no-such-data: this Hugging Face dataset is not in the datasets cache",
+                    "pass path= a local copy")
+
+
+def test_an_episode_budget_too_long_for_the_context_names_its_own_key(capsys, tmp_path, tiny_model):
+    from transformers import AutoConfig
+
+    context = AutoConfig.from_pretrained(tiny_model).max_position_embeddings
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run",
+                       data=[{"task": "tool_arithmetic", "limit": 4}],
+                       environment={"max_episode_tokens": context + 10, "messages": "text"})
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert code == 2
+    assert_one_line(err, f"environment.max_episode_tokens ({context + 10}) leaves no room for a prompt")
+    assert "generation.max_new_tokens" not in err
+
+
+@pytest.mark.parametrize("flag", ["wandb", "tensorboard"])
+def test_a_tracker_without_its_package_fails_at_config_load(capsys, tmp_path, tiny_model, flag):
+    import importlib.util
+
+    from rlvr.run.tracking import Tracker
+    from rlvr.verifiers.errors import UserError
+
+    if importlib.util.find_spec(flag) is not None:
+        pytest.skip(f"{flag} is installed here")
+    cfg = write_config(tmp_path / "c.yaml", tiny_model, tmp_path / "run")
+    code, _, err = run_cli(capsys, "train", str(cfg), f"log.{flag}=true")
+    assert code == 2 and not (tmp_path / "run").exists()
+    assert_one_line(err, f"(override log.{flag}=true): log.{flag}: the {flag} package is not installed",
+                    "pip install 'rlvr[tracking]'")
+    with pytest.raises(UserError, match=f"log.{flag}: the {flag} package is not installed"):
+        Tracker(tmp_path / "direct", **{flag: True})
+    assert not (tmp_path / "direct").exists()
+
+
+def test_the_wandb_run_is_named_by_the_config(tmp_path, monkeypatch):
+    """log.wandb_project, wandb_entity and wandb_name reach wandb.init (a stand-in module: wandb is an extra)."""
+    import importlib.machinery
+    import sys
+    import types
+
+    from rlvr.config import RunLogConfig
+    from rlvr.run.tracking import Tracker
+
+    calls = []
+    fake = types.ModuleType("wandb")
+    fake.__spec__ = importlib.machinery.ModuleSpec("wandb", None)  # found by the installed-check
+    fake.init = lambda **kwargs: calls.append(kwargs) or types.SimpleNamespace(log=lambda *a, **k: None,
+                                                                               finish=lambda: None)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    log = RunLogConfig(wandb=True, wandb_project="p", wandb_entity="team", wandb_name="try-3")
+    config = types.SimpleNamespace(log=log, model_dump=lambda mode: {"log": {}})
+    Tracker.for_run(tmp_path / "run", config).close()
+    assert calls[0]["project"] == "p" and calls[0]["entity"] == "team" and calls[0]["name"] == "try-3"

@@ -10,7 +10,11 @@ else the built-in set for its ``kind``: the final-answer set of :mod:`verifiers.
 ============  ==============================================================================
 ok            a golden case scored as expected
 MISSED        a correct response earned no credit (or the exact score differs: WRONG)
-caught        a response that must not earn credit did not (score <= 0, or timeout/error)
+caught        a response that must not earn credit did not (score <= 0, or timeout/error on a generic
+              hostile input, where refusing to score is a fair answer)
+unscored      the verifier failed (status error) on one of its own cases (its ``audit_cases()`` or the
+              built-in golden set) that must not earn credit: no credit, but no catch either, since
+              nothing was judged (e.g. the judge's server failed on an injection probe)
 LET THROUGH   a wrong, hedged, hacked or hostile response earned credit
 
 For a continuous verifier (one that declares ``pass_threshold``, or audited with ``threshold=``)
@@ -19,10 +23,14 @@ stay below it, and a little partial credit below it is fine. Either way the repo
 highest score any response that must not pass earned.
 ============  ==============================================================================
 
-``AuditReport.ok`` is False when a golden case failed or a hedge or hostile input got through, and
+``AuditReport.ok`` is False when a golden case failed or a hedge or hostile input got through, when a
+probe of the verifier's own cases (its ``audit_cases()`` or the built-in golden set; not the generic
+hostile inputs, on which an error is a fair answer) could not be scored, and
 when no probe was scored at all (every one ended in an error or a timeout, or abstained: a verifier
 that fails on everything "catches" every bad response, which proves nothing); the report then shows
-the first error. Format hacks let through by a correctness-only verifier are reported, not failed
+the first error, as it does for any unscored case. Before any probe, a verifier with a
+``preflight()`` (the judge: is its server there?) is asked once, so an unreachable judge fails with
+its connection error. Format hacks let through by a correctness-only verifier are reported, not failed
 (they are the ``format`` verifier's job: compose the two).
 """
 
@@ -49,6 +57,7 @@ class AuditRow:
     verdict: str
     extracted: object = None
     error: str | None = None  # the verifier's error message, for a probe that errored or timed out
+    own: bool = True  # one of the verifier's own cases (not a generic hostile-input probe)
 
 
 @dataclass
@@ -74,7 +83,11 @@ class AuditReport:
         if not self.scored:
             return False  # nothing was judged, so nothing was shown to work
         return not any(r.verdict in ("MISSED", "WRONG") or (r.verdict == "LET THROUGH" and r.category not in INFORMATIONAL)
-                       for r in self.rows)
+                       or r.verdict.startswith("unscored") for r in self.rows)
+
+    def unscored(self) -> list[AuditRow]:
+        """The probes the verifier failed on (status error), which prove nothing either way."""
+        return [r for r in self.rows if r.verdict.startswith("unscored")]
 
     def summary(self) -> dict[str, Counter]:
         by_category: dict[str, Counter] = {}
@@ -98,17 +111,34 @@ def probes_for(verifier) -> tuple[list[dict], str]:
                 "final-answer set); only the hostile-input probes ran. Give the verifier an audit_cases() method "
                 "(see docs/verifiers.md) to audit what it should accept and reject")
     reference = getattr(verifier, "audit_reference", None)
-    return cases + golden.safety_probes(reference), note
+    cases = [{**case, "own": True} for case in cases]
+    return cases + [{**probe, "own": False} for probe in golden.safety_probes(reference)], note
 
 
-def verdict(expect: object, score: float, status: str, threshold: float | None = None) -> str:
-    """The verdict on one probe; ``threshold`` None is the binary rule (credit means score > 0)."""
+def preflight(verifier) -> None:
+    """Call ``verifier.preflight()`` where it has one, and the same for each part of a composite
+    (``parts``): a cheap check, before any model is loaded, that the verifier can work (the judge asks
+    its server for ``/models``). Raises the verifier's one-line :class:`UserError`."""
+    check = getattr(verifier, "preflight", None)
+    if callable(check):
+        check()
+    parts = getattr(verifier, "parts", None)
+    if isinstance(parts, (list, tuple)):
+        for part in parts:
+            preflight(getattr(part, "impl", part))
+
+
+def verdict(expect: object, score: float, status: str, threshold: float | None = None, *, own_case: bool = False) -> str:
+    """The verdict on one probe; ``threshold`` None is the binary rule (credit means score > 0).
+    ``own_case``: a probe of the verifier's own cases, on which an error is no catch (``unscored``)."""
     failed = status in ("timeout", "error")
     passes = score > 0 if threshold is None else score >= threshold
     if isinstance(expect, (int, float)) and not isinstance(expect, bool):
         return "ok" if status == "ok" and abs(score - float(expect)) <= 1e-6 else "WRONG"
     if expect == "accept":
         return "ok" if status == "ok" and passes else "MISSED"
+    if status == "error" and own_case:
+        return "unscored (error)"  # no credit, but nothing was judged: not a catch
     if failed:
         return f"caught ({status})"
     return "LET THROUGH" if passes else "caught"
@@ -120,6 +150,7 @@ def audit(name: str, options: dict | None = None, *, timeout_s: float = 5.0, wor
     verifier's ``pass_threshold``) judges a continuous verifier: see the module docstring."""
     options = dict(options or {})
     verifier = get_verifier(name, **options)
+    preflight(verifier)  # an unreachable judge fails here with its connection error, in one line
     probes, note = probes_for(verifier)
     threshold = getattr(verifier, "pass_threshold", None) if threshold is None else threshold
     report = AuditReport(name, options, note=note, threshold=threshold)
@@ -127,9 +158,11 @@ def audit(name: str, options: dict | None = None, *, timeout_s: float = 5.0, wor
         rewards = runner.score_batch(name, [p["completion"] for p in probes], [p["reference"] for p in probes], options)
     for probe, reward in zip(probes, rewards):
         report.rows.append(AuditRow(probe["id"], probe["category"], probe["expect"], reward.score, reward.status,
-                                    1e3 * reward.latency_s, verdict(probe["expect"], reward.score, reward.status, threshold),
+                                    1e3 * reward.latency_s, verdict(probe["expect"], reward.score, reward.status, threshold,
+                                            own_case=probe.get("own", True)),
                                     reward.info.get("extracted"),
-                                    reward.info.get("error") if reward.status in ("error", "timeout") else None))
+                                    reward.info.get("error") if reward.status in ("error", "timeout") else None,
+                                    own=probe.get("own", True)))
     return report
 
 
@@ -158,5 +191,13 @@ def format_report(report: AuditReport) -> str:
                      f"{len(report.rows)}{cause}). Fix the verifier, or give it the audit_reference its probes should "
                      "use and audit_cases() (docs/verifiers.md)")
     else:
-        lines.append("result: PASS" if report.ok else "result: FAIL (see MISSED / WRONG / LET THROUGH rows)")
+        unscored = report.unscored()
+        cause = ""
+        if unscored:
+            cause = (f"; {len(unscored)} of the verifier's own cases unscored (it failed on them); the first error "
+                     f"({unscored[0].id}): {unscored[0].error}")
+        if report.ok:
+            lines.append("result: PASS")
+        else:
+            lines.append(f"result: FAIL (see MISSED / WRONG / LET THROUGH / unscored rows{cause})")
     return "\n".join(lines)

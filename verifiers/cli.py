@@ -8,7 +8,8 @@ object, else every other field of the line (so a line ``{"completion": "... \\\\
 "answer": "42"}`` works as is). It prints the mean score,
 status counts, latency percentiles and throughput; ``--output`` writes each line back with a
 ``reward`` object added. When items fail to verify, the first failure is printed (file, line and the
-verifier's traceback), as training prints it; when no item could be scored, the command exits 1.
+verifier's traceback), as training prints it; when no item could be scored (an empty file included),
+the command exits 1.
 
 ``--output`` and ``audit --json`` are checked before any work: an existing file is refused unless
 ``--overwrite``, missing folders are created (:func:`rlvr.verifiers.files.check_output_file`).
@@ -167,6 +168,10 @@ def run_verify(args: argparse.Namespace) -> int:
         check_output_file(args.output, flag="--output", overwrite=args.overwrite)
     check_verifier(args.verifier, options)  # a bad name or option fails before the file is read
     rows, wheres = _read_lines(args.input, args.completion_key)
+    if not rows:  # nothing is scored: the exit status says so, as it does when every item fails
+        print(f"rlvr verify: nothing to score: --input {args.input} holds no lines (an empty file, or blank lines "
+              "only)", file=sys.stderr)
+        return 1
     start = time.perf_counter()
     statuses: Counter = Counter()
     scores, scored, latencies = [], [], []

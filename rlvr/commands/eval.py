@@ -28,13 +28,79 @@ def _key_values(pairs: list[str], flag: str) -> dict:
     return out
 
 
+#: The flag of each field of the ``environment:`` section that ``rlvr eval`` builds from its flags.
+ENVIRONMENT_FLAGS = {"name": "--environment", "options": "--env-option", "max_turns": "--max-turns",
+                     "max_episode_tokens": "--max-episode-tokens", "messages": "--env-messages"}
+
+
+def environment_section(args: argparse.Namespace):
+    """The ``EnvironmentConfig`` of the episode flags, checked as a training run's ``environment:`` section is
+    (a known name, options it takes, limits in range); a mistake is one line that names the flag and the
+    valid choices, never a pydantic traceback."""
+    from pydantic import ValidationError
+
+    from rlvr.config import EnvironmentConfig
+    from rlvr.verifiers.errors import InvalidValueError
+
+    try:
+        return EnvironmentConfig(name=args.environment, options=_key_values(args.env_option, "--env-option"),
+                                 max_turns=args.max_turns, max_episode_tokens=args.max_episode_tokens,
+                                 messages=args.env_messages)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = getattr(error.get("ctx", {}).get("error"), "field", None) or \
+                (str(error["loc"][0]) if error["loc"] else "options")
+            message = error["msg"].removeprefix("Value error, ")
+            got = "" if error["type"] == "value_error" else f" (got {error.get('input')!r})"
+            problems.append(f"{ENVIRONMENT_FLAGS.get(field, field)}: {message}{got}")
+        raise InvalidValueError("; ".join(problems)) from None
+
+
+def built_environments(section, problems) -> dict:
+    """Every environment the problems play in (:func:`rlvr.rollout.episodes.build_environments`), built before
+    any model loads; an option an environment does not take, or a value its constructor refuses (a
+    plugin's own ``ValueError`` included), is one line that names ``--env-option`` and the environment."""
+    from rlvr.rollout.episodes import build_environments
+    from rlvr.verifiers.errors import InvalidValueError, OptionError, UserError
+
+    try:
+        return build_environments(section, problems)
+    except (OptionError, InvalidValueError) as exc:
+        raise InvalidValueError(f"--env-option: {exc}") from None
+    except UserError:
+        raise
+    except (ValueError, TypeError) as exc:
+        names = [section.name] if section.name else sorted({p.environment for p in problems if p.environment})
+        given = ", ".join(f"{k}={v!r}" for k, v in section.options.items()) or "none"
+        raise InvalidValueError(f"--env-option: environment {', '.join(map(repr, names))} refused its options "
+                                f"({given}): {type(exc).__name__}: {exc}") from None
+
+
+#: How the chat-template refusal of :func:`rlvr.rollout.env_tokens.message_encoder` names the fixes here.
+MESSAGE_KNOBS = ("--env-messages {}", "--chat-template")
+
+
+def check_episode_templates(section, environments: dict, problems, tokenizer, encode, eos_ids) -> None:
+    """Check, before the model loads, that every chat template a problem that plays in an environment is
+    rendered with can carry its episodes in ``--env-messages`` mode; a refusal names this command's flags
+    (the episode runner would check the same, naming a training run's ``environment.messages``)."""
+    from rlvr.rollout.env_tokens import message_encoder
+
+    if not environments:
+        return
+    templates = {encode.template_of(p) for p in problems if section.name or p.environment}
+    for template in templates:
+        message_encoder(tokenizer, section.messages, template, eos_ids, knobs=MESSAGE_KNOBS)
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "eval", formatter_class=HelpFormatter,
         help="measure a model on a task suite: pass@k (unbiased), accuracy, verifier statuses, throughput",
         description="Generate --samples completions per problem with the engine, verify them with the suite's verifier "
         "(or --verifier), and report pass@k with the unbiased estimator of Chen et al. (2021), mean accuracy, verifier "
-        "status counts and throughput. With --out, writes results.jsonl (one line per problem) and summary.json; a "
+        "status counts (a sample not scored counts as not correct, and a warning line says how many) and throughput. With --out, writes results.jsonl (one line per problem) and summary.json; a "
         "folder that already holds them is refused (checked before any work) unless --overwrite.",
     )
     p.add_argument("--model", required=True, help="local Hugging Face model folder (e.g. a run's final/)")
@@ -116,15 +182,15 @@ def run(args: argparse.Namespace) -> int:
 
     from rlvr.engines import ENGINES, SamplingParams, build_engine
     from rlvr.rollout.evaluate import evaluate
-    from rlvr.config import EnvironmentConfig
     from rlvr.modeling.loading import check_model_folder, load_policy, load_tokenizer, stop_token_ids
-    from rlvr.rollout.episodes import build_environments, episode_runner
+    from rlvr.rollout.episodes import episode_runner
     from rlvr.run.progress import make_progress
     from rlvr.run.runtime import quiet_transformers, resolve_device, seed_everything
     from rlvr.rollout.chat import resolve_chat_template
     from rlvr.rollout.suites import PromptEncoder, load_suite
     from rlvr.verifiers.errors import InvalidValueError
-    from rlvr.verifiers.registry import check_verifier
+    from rlvr.verifiers.base import STATUSES
+    from rlvr.rollout.suites import check_verifiers
     from rlvr.verifiers.runner import VerifierRunner
 
     quiet_transformers()
@@ -137,21 +203,20 @@ def run(args: argparse.Namespace) -> int:
     chat_template = resolve_chat_template(args.chat_template, where="--chat-template")
     problems = load_suite(args.task, path=args.path, split=args.split, options=task_options, limit=args.limit)
     verifier_options = _key_values(args.option, "--option")
-    for name in {args.verifier} if args.verifier else {p.verifier for p in problems}:
-        check_verifier(name, verifier_options if args.verifier else {})
-    section = EnvironmentConfig(name=args.environment, options=_key_values(args.env_option, "--env-option"),
-                                max_turns=args.max_turns, max_episode_tokens=args.max_episode_tokens,
-                                messages=args.env_messages)
-    environments = build_environments(section, problems)  # an unknown name or option fails before any model loads
+    check_verifiers(args.verifier, verifier_options, problems)  # built and preflighted (a judge's server) before any model
+    section = environment_section(args)
+    environments = built_environments(section, problems)  # an unknown name or option fails before any model loads
     ENGINES.check(args.engine)  # an unknown engine fails before any model is loaded
     device = resolve_device(args.device, "--device")
     tokenizer = load_tokenizer(args.model)
+    encode = PromptEncoder(tokenizer, chat_template)
+    eos_ids = stop_token_ids(args.model, tokenizer)
+    check_episode_templates(section, environments, problems, tokenizer, encode, eos_ids)
+    episodes = episode_runner(section, tokenizer, encode, eos_ids, environments, problems)
     model = load_policy(args.model, dtype=args.dtype, device=str(device)).eval()
     engine = build_engine(args.engine, model, tokenizer)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                               greedy=args.greedy)
-    encode = PromptEncoder(tokenizer, chat_template)
-    episodes = episode_runner(section, tokenizer, encode, stop_token_ids(args.model, tokenizer), environments, problems)
     started = time.perf_counter()
     bar = make_progress(len(problems), f"eval {args.task}", unit="problem")
     with VerifierRunner(workers=args.workers, timeout_s=args.timeout, backend=args.verifier_backend) as runner:
@@ -167,8 +232,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.task} ({args.split}): {result.problems} problems x {args.samples} samples")
     for k, value in result.pass_at_k.items():
         print(f"  pass@{k:<3} {value:.4f}")
-    print(f"  accuracy {result.accuracy:.4f}   mean score {result.mean_score:.4f}")
-    print(f"  verifier status: {dict(result.status)}")
+    scored = f" ({result.scored_accuracy:.4f} over the {result.status['ok']} scored)" \
+        if result.scored_accuracy is not None and result.status["ok"] < result.samples else ""
+    print(f"  accuracy {result.accuracy:.4f}{scored}   mean score {result.mean_score:.4f}")
+    counts = ", ".join(f"{s} {result.status[s]}" for s in STATUSES if result.status[s] or s == "ok")
+    print(f"  verifier status: {counts}"
+          f"   (error_frac {result.error_frac:.4f}, abstain_frac {result.abstain_frac:.4f})")
+    warning = result.status_warning(f"{args.task} ({args.split})")
+    if warning:
+        print(f"rlvr eval: {warning}", file=sys.stderr)
     if result.episodes:
         summary["episodes"] = result.episodes
         print("  episodes: " + ", ".join(f"{k.removeprefix('env/')} {v:.3g}" for k, v in result.episodes.items()

@@ -9,7 +9,7 @@ from rlvr.configs import load_packaged
 
 
 #: The settings a quickstart keeps for --resume, with their defaults.
-SETTINGS = {"seed": 0, "steps": None, "algorithm": "grpo", "reward_model": False, "device": "auto", "task": "arithmetic"}
+SETTINGS = {"seed": 0, "steps": None, "algorithm": "grpo", "reward_model": False, "task": "arithmetic"}
 
 
 def add_parser(subparsers) -> None:
@@ -38,7 +38,8 @@ def add_parser(subparsers) -> None:
                    "(multi-turn episodes, tool output masked from the loss; rlvr/configs/quickstart_tools_sft.yaml and "
                    "quickstart_tools.yaml; about 4 min on an idle 2-core CPU; GRPO only; docs/environments.md)")
     p.add_argument("--steps", type=int, default=None, help=f"RL steps (default: the packaged config's {load_packaged('quickstart.yaml')['train']['steps']})")
-    p.add_argument("--device", default=SETTINGS["device"], help="cpu, cuda, or auto")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default auto: cuda when there is one); "
+                   "with --resume, the device the quickstart continues on, in place of the one it started on")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress reports at all (without a terminal they are plain lines every few steps anyway)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier quickstart in --out (else refused)")

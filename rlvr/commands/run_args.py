@@ -14,10 +14,14 @@ def add_run_arguments(p: argparse.ArgumentParser, *, kind: str, example: str | N
     """``CONFIG [key=value ...] [--out DIR] [--resume [RUN_DIR] | --overwrite]``; ``kind`` names a new default
     run folder (``runs/<kind>-<timestamp>``), ``example`` a packaged config to start from."""
     like = f" (e.g. {example})" if example else ""
+    show = f"rlvr config show --recipe {p.prog.split()[-1]}"  # the command's own name: train, sft, train-rm, ...
     p.add_argument("config", nargs="?", help=f"YAML config file{like}; optional with --resume, which reads the run's "
-                   "own config.yaml")
+                   f"own config.yaml. Every key it can set, with its default and description: `{show}`")
     p.add_argument("overrides", nargs="*", metavar="key=value",
-                   help="config overrides, applied after the file; they may stand anywhere on the command line")
+                   help="config overrides, applied after the file; they may stand anywhere on the command line "
+                   f"(e.g. train.steps=10; `{show} KEY` describes one)")
+    p.epilog = p.epilog or (f"Config keys: `{show}` lists every key of this command's config with its type, default "
+                            f"and description; `{show} SECTION` one section (e.g. optim).")
     p.add_argument("--out", default=None, help="run folder (overrides the config's `out`; without either: a new "
                    f"runs/{kind}-<timestamp>)")
     p.add_argument("--resume", nargs="?", const=True, default=None, metavar="RUN_DIR",
@@ -40,8 +44,13 @@ def load_run_config(args: argparse.Namespace, cls):
     elif isinstance(resume, str) and Path(resume).is_file() and config_path is None:
         config_path, resume = resume, True  # `--resume CONFIG`: a bare --resume followed by the config file
     if config_path is not None and "=" in config_path and not Path(config_path).exists():
-        overrides.insert(0, config_path)  # `--resume DIR key=value`: no config file given
+        overrides.insert(0, config_path)  # `--resume DIR key=value`, or overrides before the CONFIG file
         config_path = None
+    if config_path is None:  # `rlvr train a=1 b=2 CONFIG`: argparse took the first override for the file
+        files = [word for word in overrides if "=" not in word]
+        if files:
+            config_path = files[0]
+            overrides.remove(config_path)
     folder = resume if isinstance(resume, str) else args.out
     if isinstance(resume, str) and args.out is not None and Path(args.out) != Path(resume):
         raise InvalidValueError(f"--resume {resume} and --out {args.out} name different run folders; give one")

@@ -17,7 +17,7 @@ from rlvr.config.offline import (DPOConfig, DPOEvalConfig, DPOLossConfig, PRMCon
                                  SFTEvalConfig, SFTTrainConfig)
 from rlvr.config.run import (CRITIC_ALGORITHM_KEYS, CRITIC_PRESETS, PRESETS, AlgorithmConfig, CriticConfig, EngineConfig,
                              EvalConfig, GenerationConfig, PartnerVerifierConfig, ProcessRewardRunConfig, RewardModelRunConfig, RunConfig,
-                             TrainConfig)
+                             RunLogConfig, TrainConfig)
 from rlvr.config.sections import (CheckpointConfig, EnvironmentConfig, FieldError, LogConfig, LoraConfig, ModelConfig, OptimConfig,
                                   ProcessConfig, Section, TaskConfig, VerifierConfig, check_chat_template,
                                   plugin_options, registered)
@@ -28,7 +28,7 @@ __all__ = [
     "LogConfig", "LoraConfig", "ModelConfig", "OptimConfig", "PRESETS", "PRMConfig", "PRMDataConfig", "PRMEvalConfig",
     "PRMTrainConfig", "PartnerVerifierConfig",
     "PreferenceDataConfig", "PreferenceTrainConfig", "ProcessConfig", "ProcessRewardRunConfig", "RewardLossConfig", "RewardModelConfig",
-    "RewardModelEvalConfig", "RewardModelRunConfig", "RunConfig", "SFTConfig", "SFTDataConfig", "SFTEvalConfig",
+    "RewardModelEvalConfig", "RewardModelRunConfig", "RunConfig", "RunLogConfig", "SFTConfig", "SFTDataConfig", "SFTEvalConfig",
     "SFTTrainConfig", "Section", "TaskConfig", "TrainConfig", "VerifierConfig", "build_config", "check_chat_template",
     "deep_merge", "load_config", "parse_overrides", "plugin_options", "registered", "save_config",
 ]

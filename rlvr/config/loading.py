@@ -66,28 +66,62 @@ def deep_merge(base: dict, update: dict) -> dict:
     return out
 
 
-def _format_errors(cls: type[BaseModel], exc: ValidationError, source: str) -> str:
-    lines = [f"invalid config ({source}):"]
+def _format_errors(cls: type[BaseModel], exc: ValidationError, source: str, overrides: Sequence[str] = ()) -> str:
+    """One line per mistake, each blamed on where it was written: the ``key=value`` override that set
+    the key, else ``source`` (the YAML file)."""
+    lines: list[tuple[str, str]] = []  # (where, text)
     for err in exc.errors():
         loc = [str(p) for p in err["loc"]]
         key = ".".join(loc) or "(top level)"
+        where = _override_of(loc, overrides) or source
         if err["type"] == "extra_forbidden":
             valid = _valid_keys(cls, loc[:-1])
-            lines.append(f"  {key}: unknown key; valid keys here: {', '.join(valid)}")
+            lines.append((where, f"{key}: unknown key; valid keys here: {', '.join(valid)}"
+                                 f"{_did_you_mean(cls, loc, valid)}"))
         elif not loc:  # a cross-field check: its message names the keys itself
-            lines.append(f"  {err['msg'].removeprefix('Value error, ')}")
+            lines.append((source, err["msg"].removeprefix("Value error, ")))
         elif err["type"] == "value_error":  # a registry or plugin check: the message says what is valid
             error = err.get("ctx", {}).get("error")
-            if isinstance(error, FieldError):
+            if isinstance(error, FieldError):  # blamed on the field's own source, not the section's
                 key = f"{key}.{error.field}"
-            lines.append(f"  {key}: {err['msg'].removeprefix('Value error, ')}")
+                where = _override_of([*loc, error.field], overrides) or source
+            lines.append((where, f"{key}: {err['msg'].removeprefix('Value error, ')}"))
         else:
             got = err.get("input")
             got_text = f" (got {got!r})" if not isinstance(got, dict) else ""
-            lines.append(f"  {key}: {err['msg']}{got_text}")
-    if len(lines) == 2:  # one mistake: one line
-        return f"{lines[0]} {lines[1].strip()}"
-    return "\n".join(lines)
+            lines.append((where, f"{key}: {err['msg']}{got_text}"))
+    sources = {where for where, _ in lines}
+    if len(lines) == 1:  # one mistake: one line
+        return f"invalid config ({lines[0][0]}): {lines[0][1]}"
+    if len(sources) == 1:
+        return "\n".join([f"invalid config ({sources.pop()}):", *(f"  {text}" for _, text in lines)])
+    return "\n".join(["invalid config:", *(f"  in {where}: {text}" for where, text in lines)])
+
+
+def _override_of(loc: list[str], overrides: Sequence[str]) -> str | None:
+    """``override KEY=VALUE`` for the last override that set ``loc`` or a section above it; None when the
+    key came from the file (or a default)."""
+    dotted = ".".join(loc)
+    for pair in reversed(list(overrides)):
+        key = pair.split("=", 1)[0]
+        if dotted == key or dotted.startswith(key + ".") or key.startswith(dotted + "."):
+            return f"override {pair}"
+    return None
+
+
+def _did_you_mean(cls: type[BaseModel], loc: list[str], valid: list[str]) -> str:
+    """``. Did you mean X?`` for an unknown key: the closest keys of its section (difflib), else a key of
+    that name in another section (``train.lr``: optim.lr); empty when nothing is close. Keys are spelled
+    whole, as an override writes them."""
+    import difflib
+
+    name, parent = loc[-1], "".join(f"{part}." for part in loc[:-1])
+    close = [parent + match for match in difflib.get_close_matches(name, valid, n=2, cutoff=0.6)]
+    if not close:
+        from rlvr.config.keys import config_keys
+
+        close = [k.path.replace(".N.", ".0.") for k in config_keys(cls) if k.name == name][:2]
+    return f". Did you mean {' or '.join(close)}?" if close else ""
 
 
 def _valid_keys(cls: type[BaseModel], loc: list[str]) -> list[str]:
@@ -117,7 +151,7 @@ def build_config(cls: type[C], raw: dict | None, overrides: Sequence[str] = (), 
     try:
         return cls.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(cls, exc, source)) from None
+        raise ConfigError(_format_errors(cls, exc, source, overrides)) from None
 
 
 def load_config(cls: type[C], path: str | Path | None, overrides: Sequence[str] = ()) -> C:

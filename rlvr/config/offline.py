@@ -22,9 +22,9 @@ class SFTDataConfig(Section):
 
     task: Optional[str] = Field("arithmetic", description="task suite whose problems carry a gold solution")
     path: Optional[str] = Field(None, description="suite data path, or a JSONL of {prompt|messages, completion} when task is null")
-    split: str = "train"
-    options: dict[str, Any] = Field(default_factory=dict)
-    limit: Optional[int] = Field(None, ge=1)
+    split: str = Field("train", description="which split of the suite to read")
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword options of the suite")
+    limit: Optional[int] = Field(None, ge=1, description="use only the first N examples")
     chat_template: str = Field("auto", description="how prompts are rendered: auto, none or a Jinja template file "
                                "(as data[i].chat_template of `rlvr train`: SFT and RL should render them alike)")
 
@@ -42,9 +42,9 @@ class SFTDataConfig(Section):
 
 
 class SFTTrainConfig(ProcessConfig):
-    steps: int = Field(500, ge=1)
+    steps: int = Field(500, ge=1, description="optimizer steps at most (eval.stop_at_accuracy may stop sooner)")
     batch_size: int = Field(64, ge=1, description="sequences per optimizer step")
-    micro_batch_size: int = Field(256, ge=1)
+    micro_batch_size: int = Field(256, ge=1, description="sequences per forward/backward (memory bound)")
 
 
 class SFTEvalConfig(Section):
@@ -52,10 +52,10 @@ class SFTEvalConfig(Section):
     at_end: bool = Field(True, description="measure the final model too (when the last step was not measured already); "
                          "needs a task: eval.task, or the first data entry's")
     task: Optional[str] = Field(None, description="default: the first data entry's task")
-    split: str = "dev"
+    split: str = Field("dev", description="the split of eval.task measured")
     options: dict[str, Any] = Field(default_factory=dict, description="default: the first data entry's options")
-    limit: int = Field(200, ge=1)
-    max_new_tokens: int = Field(16, ge=1)
+    limit: int = Field(200, ge=1, description="problems measured")
+    max_new_tokens: int = Field(16, ge=1, description="tokens of each greedy answer at most")
     stop_at_accuracy: Optional[float] = Field(None, gt=0, le=1, description="stop as soon as held-out accuracy reaches this")
 
 
@@ -196,10 +196,10 @@ class DPOEvalConfig(Section):
     batch_size: int = Field(64, ge=1, description="pairs scored together")
     task: Optional[str] = Field(None, description="task suite for greedy gold accuracy before/after (null = none)")
     path: Optional[str] = Field(None, description="the suite's data path")
-    split: str = "test"
+    split: str = Field("test", description="the split of eval.task measured")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword options of the suite")
     limit: int = Field(200, ge=1, description="problems evaluated")
-    max_new_tokens: int = Field(16, ge=1)
+    max_new_tokens: int = Field(16, ge=1, description="tokens of each greedy answer at most")
 
     @model_validator(mode="after")
     def _known_task_and_options(self) -> "DPOEvalConfig":

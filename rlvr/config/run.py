@@ -43,9 +43,12 @@ class EngineConfig(Section):
 
 
 class GenerationConfig(Section):
-    max_new_tokens: int = Field(256, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(256, ge=1, description="tokens sampled per completion at most (per turn in an "
+                                "episode); a completion cut here has finish_reason length")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature; log-probs are of the tempered "
+                               "distribution")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling: the smallest token set of this "
+                         "probability (1 = off)")
     top_k: int = Field(0, ge=0, description="0 = off")
     overlong_prompts: Literal["skip", "error"] = Field(
         "skip", description="prompts that leave no room for max_new_tokens in the model's context: left out (counted "
@@ -53,15 +56,18 @@ class GenerationConfig(Section):
 
 
 class AlgorithmConfig(Section):
-    preset: Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo", "reinforce_baseline"] = "grpo"
+    preset: Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo", "reinforce_baseline"] = Field(
+        "grpo", description="the recipe whose defaults fill the algorithm keys the config leaves unset (the keys "
+        "marked 'set by algorithm.preset'; docs/training.md, Presets); ppo and reinforce_baseline train a critic")
     advantage: str = Field("grpo", description="advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, or a plugin's "
                            "(critic-free presets); gae (the critic presets ppo and reinforce_baseline)")
     policy_loss: str = Field("ppo_clip", description="per-token policy loss: ppo_clip (clipped surrogate), vanilla "
                              "(unclipped policy gradient), or a plugin's")
     loss_agg: str = Field("seq_mean_token_mean", description="loss aggregation: token_mean, seq_mean_token_mean, "
                           "seq_mean_token_sum_norm, or a plugin's")
-    clip_low: float = Field(0.2, ge=0, lt=1)
-    clip_high: float = Field(0.2, ge=0)
+    clip_low: float = Field(0.2, ge=0, lt=1, description="PPO clip: the ratio pi/pi_old is kept >= 1 - clip_low")
+    clip_high: float = Field(0.2, ge=0, description="PPO clip: the ratio pi/pi_old is kept <= 1 + clip_high "
+                             "(DAPO's clip-higher raises it)")
     dual_clip: Optional[float] = Field(None, gt=1, description="bound on the loss of negative advantages (e.g. 3)")
     beta: float = Field(0.0, ge=0, description="KL coefficient; 0 = no reference model and no reference pass")
     kl_estimator: str = Field("k3", description="KL estimator: k1, k2, k3, or a plugin's")
@@ -171,8 +177,9 @@ class AsyncGenerationConfig(Section):
 
 
 class TrainConfig(ProcessConfig):
-    steps: int = Field(100, ge=1)
-    prompts_per_step: int = Field(32, ge=1)
+    steps: int = Field(100, ge=1, description="training steps (one rollout and its update each)")
+    prompts_per_step: int = Field(32, ge=1, description="problems drawn per step, over all ranks (P); each gets "
+                                  "group_size completions")
     group_size: int = Field(8, ge=1, description="completions per prompt (G)")
     micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward (memory bound)")
     micro_batch_tokens: Optional[int] = Field(
@@ -184,13 +191,13 @@ class TrainConfig(ProcessConfig):
 
 class EvalConfig(Section):
     every: int = Field(0, ge=0, description="evaluate every N steps (0 = only at start/end)")
-    at_start: bool = True
-    at_end: bool = True
+    at_start: bool = Field(True, description="evaluate the starting policy (logged as step 0)")
+    at_end: bool = Field(True, description="evaluate after the last step (on its metrics line)")
     tasks: list[TaskConfig] = Field(default_factory=list, description="held-out suites; an entry without a split "
                                     "reads its suite's held-out split (test); empty = the first training suite's")
     limit: int = Field(200, ge=1, description="problems per suite")
     samples: int = Field(1, ge=1, description="samples per problem (1 + greedy = greedy accuracy)")
-    greedy: bool = True
+    greedy: bool = Field(True, description="decode greedily (else sample at generation.temperature)")
     max_new_tokens: Optional[int] = Field(None, ge=1, description="default: generation.max_new_tokens")
 
     @field_validator("tasks")
@@ -202,6 +209,18 @@ class EvalConfig(Section):
 
         return [t if "split" in t.model_fields_set else t.model_copy(update={"split": held_out_split(t.task)})
                 for t in tasks]
+
+
+class RunLogConfig(LogConfig):
+    """``log:`` of ``rlvr train``: the keys every recipe logs with, plus the completions log."""
+
+    completions_every: int = Field(
+        1, ge=0, description="every N steps, write a sample of the step's completions (prompt, completion, reward, "
+        "verifier status, problem id) to completions.jsonl in the run folder, to watch for reward hacking as it "
+        "happens (rlvr/run/completions_log.py); 0 = never")
+    completions_per_step: int = Field(
+        8, ge=1, description="samples written per logged step at most: the step's first whole groups (a larger "
+        "first group is cut to this many)")
 
 
 class CriticConfig(Section):
@@ -216,7 +235,7 @@ class CriticConfig(Section):
 
 class PartnerVerifierConfig(Section):
     name: str = Field(description="a rule-based verifier (e.g. format, length, compose)")
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword options of that verifier")
 
     @model_validator(mode="after")
     def _known_verifier_and_options(self) -> "PartnerVerifierConfig":
@@ -336,7 +355,7 @@ class RunConfig(Section):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
-    log: LogConfig = Field(default_factory=LogConfig)
+    log: RunLogConfig = Field(default_factory=RunLogConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
 
     @model_validator(mode="after")

@@ -62,7 +62,7 @@ def check_chat_template(value: str) -> str:
 class LoraConfig(Section):
     r: int = Field(16, ge=1, description="adapter rank")
     alpha: float = Field(32.0, gt=0, description="LoRA scaling numerator (scale = alpha / r)")
-    dropout: float = Field(0.0, ge=0, lt=1)
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input during training")
     target_modules: list[str] | str = Field("all-linear", description="module names, or 'all-linear'")
 
 
@@ -72,7 +72,8 @@ class ModelConfig(Section):
         "float32", description="the compute dtype; weights that train stay float32 (master weights, "
         "rlvr/modeling/precision.py); float16 is refused (it needs loss scaling)")
     lora: Optional[LoraConfig] = Field(None, description="train LoRA adapters instead of all weights")
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass: less memory, "
+                                         "about a third more compute per update")
     forward: Literal["auto", "hf"] = Field(
         "auto", description="auto: rlvr's shared-prompt forward (rlvr/modeling/fast_forward.py) for the architectures it "
         "supports (llama, mistral, qwen2), the model's own otherwise; hf: always the model's own (transformers) forward")
@@ -95,7 +96,7 @@ class ModelConfig(Section):
 class TaskConfig(Section):
     task: str = Field("arithmetic", description="registered task suite (see `rlvr tasks list`)")
     path: Optional[str] = Field(None, description="local data file/folder or hub dataset name for the suite")
-    split: str = "train"
+    split: str = Field("train", description="which split of the suite to read (`rlvr tasks list` names them)")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword options of the suite")
     weight: float = Field(1.0, gt=0, description="sampling weight when several suites are mixed")
     limit: Optional[int] = Field(None, ge=1, description="use only the first N problems")
@@ -113,7 +114,8 @@ class TaskConfig(Section):
 
 class VerifierConfig(Section):
     name: Optional[str] = Field(None, description="verifier to use; null = each problem's own (the suite's default)")
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword options of verifier.name (`rlvr "
+                                    "verifiers list` shows each verifier's)")
     workers: Optional[int] = Field(
         None, ge=0, description="verifier worker processes, each item under a hard deadline; null = one per core "
         "(at most 4); 0 = score in the trainer process, without a deadline (only for cheap, trusted verifiers). "
@@ -171,6 +173,9 @@ class EnvironmentConfig(Section):
         "turns; it must be prefix-preserving), text (plain text, for models without one), auto (template when the "
         "tokenizer has a chat template, else text)")
     workers: int = Field(4, ge=1, description="threads that run environment steps (tool calls) at once")
+    step_timeout_s: float = Field(60.0, gt=0, description="seconds each call into an environment's code (episode(), "
+                                  "step(), close()) may take before its episode ends as error (an environment that "
+                                  "declares a longer step_timeout_s of its own, e.g. tools, gets that)")
 
     _known_environment = field_validator("name")(
         lambda cls, v: v if v is None else registered("rlvr.tasks.environments:ENVIRONMENTS", v))
@@ -183,19 +188,42 @@ class EnvironmentConfig(Section):
 
 
 class OptimConfig(Section):
-    lr: float = Field(1e-6, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    warmup_steps: int = Field(0, ge=0)
-    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    lr: float = Field(1e-6, gt=0, description="peak learning rate (AdamW)")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW beta1, beta2")
+    warmup_steps: int = Field(0, ge=0, description="steps of linear warm-up from 0 to lr")
+    schedule: Literal["constant", "linear", "cosine"] = Field("constant", description="the learning rate after "
+                                                              "warm-up: constant, or decaying to min_lr_ratio * lr")
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="final lr / peak lr for linear and cosine decay")
     grad_clip: float = Field(1.0, gt=0, description="max global gradient norm")
 
 
+#: What ``log.tensorboard`` / ``log.wandb`` import, and the extra that installs both.
+TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb"}
+TRACKING_EXTRA = "pip install 'rlvr[tracking]'"
+
+
+def tracker_missing(flag: str) -> str | None:
+    """Why ``log.<flag>`` cannot work here (its package is not installed), or None when it can; the
+    message goes after ``log.<flag>: ``."""
+    import importlib.util
+
+    module = TRACKERS[flag]
+    if importlib.util.find_spec(module) is None:
+        return (f"the {module} package is not installed; install it with {TRACKING_EXTRA} (or pip install {module}), "
+                f"or set log.{flag}: false")
+    return None
+
+
 class LogConfig(Section):
-    tensorboard: bool = False
-    wandb: bool = False
-    wandb_project: str = "rlvr"
+    tensorboard: bool = Field(False, description="also write every numeric metric as TensorBoard events (run folder's "
+                              f"tensorboard/); needs the tracking extra: {TRACKING_EXTRA}")
+    wandb: bool = Field(False, description="also send every numeric metric and the resolved config to Weights & "
+                        f"Biases; needs the tracking extra ({TRACKING_EXTRA}) and `wandb login` (or WANDB_MODE=offline)")
+    wandb_project: str = Field("rlvr", description="[wandb] the W&B project")
+    wandb_entity: Optional[str] = Field(None, description="[wandb] the W&B team or user; null = your default entity")
+    wandb_name: Optional[str] = Field(None, description="[wandb] the W&B run's display name; null = the run folder's "
+                                      "name")
     plot: bool = Field(True, description="draw metrics.png (every plot_every steps and at the end); false = no plot")
     plot_every: int = Field(50, ge=0, description="redraw plots every N steps (0 = only at the end)")
     alarm_patience: int = Field(5, ge=1, description="consecutive bad steps before an alarm")
@@ -207,7 +235,18 @@ class LogConfig(Section):
     stop_on: list[str] = Field(default_factory=list, description="alarms that end the run (zero_variance, truncation, "
                                "no_extraction, gold_vs_proxy): the step finishes, the run is evaluated and checkpointed, "
                                "summary.json says why; with gold_vs_proxy, final/ is the policy of the best gold window")
-    progress: bool = True
+    progress: bool = Field(True, description="show progress: a bar on a terminal, else a plain line every tenth of "
+                           "the run; false = neither")
+
+    @model_validator(mode="after")
+    def _trackers_installed(self) -> "LogConfig":
+        """A tracker asked for without its package fails here, at config load, before a model is loaded: not
+        a warning mid-start and a run without the tracking it was asked for."""
+        for flag in TRACKERS:
+            problem = getattr(self, flag) and tracker_missing(flag)
+            if problem:
+                raise FieldError(flag, problem)
+        return self
 
     @field_validator("stop_on")
     @classmethod
@@ -236,7 +275,7 @@ class ProcessConfig(Section):
     """What every recipe's ``train:`` section holds about the process itself (seed, device, CPU threads):
     declared and checked here once; each recipe's section adds its own fields."""
 
-    seed: int = 0
+    seed: int = Field(0, description="seed of the data order, sampling and initialisation (each rank adds its rank)")
     device: str = Field("auto", description="cpu, cuda, cuda:N, or auto (cuda when there is one)")
     threads: Union[PositiveInt, Literal["auto"], None] = Field(
         None, description="torch CPU threads: a number, 'auto' (the cores other work leaves free, measured at start), "

@@ -72,7 +72,8 @@ class ProcessEngine:
         timeout_s: the longest wait for the worker to start or to answer a request.
         episodes: to play multi-turn episodes in the worker (``submit(..., problems=...)``): the trainer's
             :class:`~rlvr.rollout.episodes.EpisodeRunner` settings, ``{"environments", "default",
-            "max_turns", "max_episode_tokens", "workers", "messages", "eos_ids"}`` (the environments
+            "max_turns", "max_episode_tokens", "workers", "messages", "eos_ids"}`` and optionally
+            ``"step_timeout_s"`` (the environments
             are pickled, so their classes must be importable).
     """
 
@@ -285,7 +286,7 @@ class _EpisodePlayer:
 
     def __init__(self, settings: dict[str, Any], tokenizer):
         from rlvr.rollout.env_tokens import MessageEncoders
-        from rlvr.rollout.episodes import EpisodeRunner
+        from rlvr.rollout.episodes import DEFAULT_STEP_TIMEOUT_S, EpisodeRunner
 
         encoders = MessageEncoders(tokenizer, settings["messages"], settings["eos_ids"])
         self._templates: dict[int, Any] = {}
@@ -295,7 +296,8 @@ class _EpisodePlayer:
 
         self.runner = EpisodeRunner(messages_of, settings["environments"], default=settings["default"],
                                     max_turns=settings["max_turns"], max_episode_tokens=settings["max_episode_tokens"],
-                                    workers=settings["workers"])
+                                    workers=settings["workers"],
+                                    step_timeout_s=settings.get("step_timeout_s", DEFAULT_STEP_TIMEOUT_S))
 
     def play(self, engine, payload: dict[str, Any]) -> list[list[Completion]]:
         self._templates = {id(p): t for p, t in zip(payload["problems"], payload["templates"])}

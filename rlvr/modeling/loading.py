@@ -22,7 +22,7 @@ from rlvr.modeling.logprobs import DEFAULT_LOGITS_CHUNK_MB, set_logits_chunk
 from rlvr.modeling.precision import compute_dtype, set_compute_dtype, weights_dtype
 from rlvr.run.sharded_checkpoint import SHARDED, has_sharded_part, load_sharded_model
 from rlvr.run.sharding import is_sharded, shard_model, whole_copy, whole_zeros
-from rlvr.verifiers.errors import MissingFileError
+from rlvr.verifiers.errors import InvalidValueError, MissingFileError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -34,11 +34,20 @@ def resolve_dtype(name: str) -> torch.dtype:
         raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(DTYPES)}") from None
 
 
-def check_model_folder(path: str | Path, field: str = "model.path") -> Path:
-    """``path`` as a folder that holds a Hugging Face model, or a :class:`UserError` at once.
+#: The files transformers reads a model's weights from (one of them must be there).
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+SAVED_BY = "a model folder is what save_pretrained writes, e.g. a run's final/ or checkpoints/step_N/model/"
+
+
+def check_model_folder(path: str | Path, field: str = "model.path", *, contents: bool = False) -> Path:
+    """``path`` as a folder that holds a Hugging Face model, or a one-line :class:`UserError` at once.
 
     transformers would take a missing folder for a hub repo id and retry the network for ~50 s
-    before a traceback; models here are local folders (``model.path``), so say so immediately.
+    before a traceback; models here are local folders (``model.path``), so say so immediately. With
+    ``contents`` (every loader here: the tokenizer, the config, the weights) a ``config.json`` that is
+    not JSON or names no architecture transformers knows, and a folder without weights (or with a Git
+    LFS pointer in their place), are named too, before anything loads, instead of as a traceback from
+    deep inside transformers.
     """
     folder = Path(path).expanduser()
     if not folder.is_dir():
@@ -46,9 +55,55 @@ def check_model_folder(path: str | Path, field: str = "model.path") -> Path:
                 f"{field} to DIR)") if "/" in str(path) and not str(path).startswith((".", "/", "~")) else ""
         raise MissingFileError(f"{field}: no model at {path}: not a folder{hint}")
     if not (folder / "config.json").is_file():
-        raise MissingFileError(f"{field}: no model at {path}: the folder has no config.json (a model folder is what "
-                               "save_pretrained writes, e.g. a run's final/ or checkpoints/step_N/model/)")
+        raise MissingFileError(f"{field}: no model at {path}: the folder has no config.json ({SAVED_BY})")
+    problem = (_config_problem(folder / "config.json") or _weights_problem(folder)) if contents else None
+    if problem:
+        raise InvalidValueError(f"{field}: {path} is not a usable model folder: {problem}")
     return folder
+
+
+def _config_problem(config: Path) -> str | None:
+    """What is wrong with a model's ``config.json`` (None: transformers can read it)."""
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f" (line {exc.lineno}: {exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
+        return f"config.json is not valid JSON{where}"
+    if not isinstance(data, dict):
+        return "config.json does not hold a JSON object"
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    model_type = data.get("model_type")
+    if not model_type:
+        return "config.json names no model_type (e.g. \"llama\"), so transformers cannot tell the architecture"
+    if model_type not in CONFIG_MAPPING_NAMES:
+        import transformers
+
+        return (f"config.json names model_type {model_type!r}, which transformers {transformers.__version__} does not "
+                "know (a typo, a newer architecture: upgrade transformers, or a custom one, which rlvr does not load)")
+    return None
+
+
+def _weights_problem(folder: Path) -> str | None:
+    """What is wrong with a model folder's weights (None: a weights file is there)."""
+    present = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
+    if not present:
+        return f"it holds no weights (none of {', '.join(WEIGHT_FILES)}; {SAVED_BY})"
+    for file in present:
+        with file.open("rb") as f:
+            head = f.read(64)
+        if head.startswith(b"version https://git-lfs"):
+            return (f"{file.name} is a Git LFS pointer, not the weights: fetch them (`git lfs pull` in the model's "
+                    "repository) or download the model again")
+        if file.name.endswith(".index.json"):
+            try:
+                shards = set(json.loads(file.read_text(encoding="utf-8"))["weight_map"].values())
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
+                return f"{file.name} is not a weight index (JSON with a weight_map)"
+            missing = sorted(name for name in shards if not (folder / name).is_file())
+            if missing:
+                return f"{file.name} lists {len(missing)} weight file(s) the folder lacks, e.g. {missing[0]}"
+    return None
 
 
 def context_length(path: str | Path) -> int | None:
@@ -56,7 +111,7 @@ def context_length(path: str | Path) -> int | None:
     None when the config does not say."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(str(check_model_folder(path)))
+    config = AutoConfig.from_pretrained(str(check_model_folder(path, contents=True)))
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, key, None)
         if isinstance(value, int) and value > 0:
@@ -74,17 +129,25 @@ def stop_token_ids(path: str | Path, tokenizer) -> list[int]:
     from rlvr.engines.base import eos_token_ids
 
     try:
-        config = GenerationConfig.from_pretrained(str(check_model_folder(path)))
+        config = GenerationConfig.from_pretrained(str(check_model_folder(path, contents=True)))
     except OSError:  # no generation_config.json: the tokenizer's EOS alone
         config = None
     return eos_token_ids(SimpleNamespace(generation_config=config), tokenizer)
 
 
-def load_tokenizer(path: str | Path):
-    """The model's tokenizer, with a pad token (falling back to EOS) and left padding for generation."""
+def load_tokenizer(path: str | Path, field: str = "model.path"):
+    """The model's tokenizer, with a pad token (falling back to EOS) and left padding for generation; a
+    folder whose tokenizer files are missing or broken is a one-line error naming it."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(check_model_folder(path)))
+    folder = check_model_folder(path, field, contents=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        found = [p.name for p in folder.iterdir() if p.name.startswith(("tokenizer", "vocab", "merges", "spiece"))]
+        what = f"its tokenizer cannot be loaded: {' '.join(str(exc).split())[:300]}" if found else \
+            "it holds no tokenizer (tokenizer.json, tokenizer.model or vocab files, as save_pretrained writes them)"
+        raise InvalidValueError(f"{field}: {path} is not a usable model folder: {what}") from exc
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -111,7 +174,16 @@ def load_policy(
     """
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(check_model_folder(path)), dtype=resolve_dtype(dtype)).to(device)
+    from safetensors import SafetensorError
+
+    folder = check_model_folder(path, contents=True)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=resolve_dtype(dtype))
+    except (OSError, ValueError, SafetensorError) as exc:  # e.g. a truncated weights file (an interrupted download)
+        reason = " ".join(str(exc).split())[:300]
+        raise InvalidValueError(f"model folder {path}: its weights cannot be loaded ({reason}); save or download "
+                                "the model again") from exc
+    model = model.to(device)
     _choose_passes(model, forward, logits_chunk_mb)
     return _training_form(model, lora=lora, gradient_checkpointing=gradient_checkpointing, adapter_path=adapter_path)
 

@@ -30,6 +30,8 @@ from rlvr.config import RunConfig, SFTConfig, build_config
 from rlvr.configs import load_packaged
 from rlvr.recipes.scaffold import RunInterrupted
 from rlvr.rollout.suites import eval_entries
+from rlvr.run.folder import run_files
+from rlvr.verifiers.errors import InvalidValueError
 
 
 def eval_command(config: RunConfig, *, samples: int = 8, ks: str = "1,8") -> str:
@@ -84,7 +86,7 @@ SETTINGS_FILE = "quickstart.json"
 QUICKSTART_FILES = ("base_model", "sft", "rm", "preferences.jsonl", SETTINGS_FILE)
 
 
-def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | None = None, device: str = "auto",
+def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | None = None, device: str | None = None,
                progress: bool = True, overrides: Sequence[str] = (), overwrite: bool = False,
                algorithm: str = "grpo", reward_model: bool = False, resume: bool = False,
                task: str = "arithmetic") -> dict[str, Any]:
@@ -92,37 +94,58 @@ def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | Non
     ``algorithm`` picks (grpo, or ppo: PPO with a learned critic). ``reward_model``: RL against a reward
     model trained on preferences from the SFT model's samples (see the module docstring).
     ``overwrite`` replaces an earlier quickstart in ``out`` (else such a folder is refused); ``resume``
-    continues one in ``out`` with the settings it started with (``quickstart.json``): finished stages
-    are kept, an interrupted one continues from its checkpoint. ``task="tools"``: 3-digit multiplication
-    with the sandboxed ``python`` tool (multi-turn episodes; GRPO only, no reward model)."""
+    continues one in ``out`` with the settings it started with (``quickstart.json``), except ``device``
+    when one is given: finished stages are kept, an interrupted one continues from its checkpoint.
+    ``task="tools"``: 3-digit multiplication with the sandboxed ``python`` tool (multi-turn episodes;
+    GRPO only, no reward model).
+
+    Every stage's config, the device and the folder are checked before the first stage starts; a
+    quickstart that fails before its SFT stage has trained a step leaves its folder as it found it (an
+    ``--overwrite`` puts the quickstart it was replacing back)."""
     from rlvr.run.folder import RUN_FILES, RunFolderError, prepare_run_folder
-    from rlvr.run.runtime import quiet_transformers
+    from rlvr.run.runtime import quiet_transformers, resolve_device
 
     quiet_transformers()
     started = time.perf_counter()
-    run_dir = prepare_run_folder(out, name="quickstart", resume=resume, overwrite=overwrite,
-                                 outputs=RUN_FILES + QUICKSTART_FILES)
-    if task not in TASKS:
-        raise ValueError(f"task: unknown quickstart task {task!r}; valid: {', '.join(TASKS)}")
-    if task == "tools" and (algorithm not in TOOL_CONFIGS or reward_model):
-        raise ValueError("task tools: the tool quickstart trains with GRPO against the verifier; leave out "
-                         + ("--reward-model" if reward_model else f"--algorithm {algorithm}"))
-    settings = dict(seed=seed, steps=steps, device=device, overrides=list(overrides), algorithm=algorithm,
-                    reward_model=reward_model, task=task)
     if resume:
-        if not (run_dir / SETTINGS_FILE).is_file():
-            raise RunFolderError(f"--resume {run_dir}: no {SETTINGS_FILE} there (a quickstart writes it when it starts); "
-                                 "start it again with --overwrite")
-        settings = json.loads((run_dir / SETTINGS_FILE).read_text())
-    elif settings["algorithm"] not in STAGE_CONFIGS:
-        raise ValueError(f"algorithm: unknown quickstart algorithm {algorithm!r}; valid: {', '.join(STAGE_CONFIGS)}")
+        folder_path = Path(out) if out is not None else None
+        saved = folder_path / SETTINGS_FILE if folder_path is not None else None
+        if saved is None or not saved.is_file():
+            raise RunFolderError(f"--resume {out}: no {SETTINGS_FILE} there (a quickstart writes it when it starts); "
+                                 "start it again with the same --out and no --resume")
+        settings = json.loads(saved.read_text())
+        if device is not None:  # the one setting a resume may change: the machine it continues on
+            settings["device"] = device
     else:
-        (run_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=2))
-    print(f"run folder: {run_dir}" + (" (resuming)" if resume else ""), flush=True)
+        settings = dict(seed=seed, steps=steps, device=device or "auto", overrides=list(overrides),
+                        algorithm=algorithm, reward_model=reward_model, task=task)
+    _check_settings(settings)
+    resolve_device(settings["device"], "--device")  # a device this machine lacks: one line, nothing written
+    folder = prepare_run_folder(out, name="quickstart", resume=resume, overwrite=overwrite,
+                                outputs=RUN_FILES + QUICKSTART_FILES)
+    run_dir = folder.path
     try:
-        summary = _stages(run_dir, resume=resume, progress=progress, **settings)
-    except KeyboardInterrupt as exc:  # the stage's own resume command would skip the other stages
+        configs = _stage_configs(run_dir, progress=progress, **settings)  # a wrong key fails before SFT starts
+    except BaseException:
+        folder.abandon()  # a folder it made is removed again
+        raise
+    print(f"run folder: {run_dir}" + (" (resuming)" if resume else ""), flush=True)
+    folder.begin()
+    (run_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=2))
+    try:
+        summary = _stages(run_dir, configs, resume=resume, progress=progress, **settings)
+    except BaseException as exc:
+        if run_files(run_dir / "sft"):  # the SFT stage trained: the new quickstart is the folder's, resumable
+            folder.keep()
+        else:
+            folder.abandon()
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
         what = exc.what if isinstance(exc, RunInterrupted) else "interrupted"
+        if folder.state == "abandoned" and not resume:
+            raise RunInterrupted(f"{what} before the SFT stage's first step: {run_dir} is as it was before the start",
+                                 "the same command", run_dir=run_dir, step=None, resumable=False) from None
+        # the stage's own resume command would skip the other stages
         raise RunInterrupted(what, f"rlvr quickstart --resume {run_dir}", run_dir=run_dir, step=None) from None
     summary["wall_s"] = time.perf_counter() - started
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -130,42 +153,77 @@ def quickstart(out: str | Path | None = None, *, seed: int = 0, steps: int | Non
     return summary
 
 
-def _stages(run_dir: Path, *, seed: int, steps: int | None, device: str, overrides: list[str], algorithm: str,
-            reward_model: bool, resume: bool, progress: bool, task: str = "arithmetic") -> dict[str, Any]:
+def _check_settings(settings: dict[str, Any]) -> None:
+    """The quickstart's task, algorithm and reward model fit together (one line each, before anything is written)."""
+    task, algorithm, reward_model = settings["task"], settings["algorithm"], settings["reward_model"]
+    if task not in TASKS:
+        raise InvalidValueError(f"--task: unknown quickstart task {task!r}; valid: {', '.join(TASKS)}")
+    if algorithm not in STAGE_CONFIGS:
+        raise InvalidValueError(f"--algorithm: unknown quickstart algorithm {algorithm!r}; valid: "
+                                f"{', '.join(STAGE_CONFIGS)}")
+    if task == "tools" and (algorithm not in TOOL_CONFIGS or reward_model):
+        raise InvalidValueError("--task tools: the tool quickstart trains with GRPO against the verifier; leave out "
+                                + ("--reward-model" if reward_model else f"--algorithm {algorithm}"))
+
+
+def _stage_configs(run_dir: Path, *, seed: int, steps: int | None, device: str, overrides: list[str], algorithm: str,
+                   reward_model: bool, progress: bool, task: str = "arithmetic") -> dict[str, Any]:
+    """Every stage's config, validated before the first stage runs: ``sft``, ``rm`` (with ``--reward-model``,
+    else None) and ``rl`` (the RL stage, with the user's ``overrides``)."""
+    from rlvr.config import RewardModelConfig
+
+    common = [f"train.seed={seed}", f"train.device={device}", f"log.progress={progress}"]
+    tools = task == "tools"
+    sft_file = TOOL_CONFIGS["sft"] if tools else "quickstart_sft.yaml"
+    sft_overrides = [f"out={run_dir / 'sft'}", f"model.path={run_dir / 'base_model'}", *common]
+    if reward_model:
+        sft_overrides.append(f"eval.stop_at_accuracy={RM_SFT_STOP}")
+    stage_file = TOOL_CONFIGS[algorithm] if tools else (RM_STAGE_CONFIGS if reward_model else STAGE_CONFIGS)[algorithm]
+    rl_overrides = [f"out={run_dir}", f"model.path={run_dir / 'sft' / 'final'}", *common]
+    if steps is not None:
+        rl_overrides.append(f"train.steps={steps}")
+    if reward_model:
+        rl_overrides.append(f"reward_model.path={run_dir / 'rm' / 'final'}")
+    rm = None if not reward_model else build_config(
+        RewardModelConfig, load_packaged("arithmetic_rm.yaml"),
+        [f"out={run_dir / 'rm'}", f"model.path={run_dir / 'sft' / 'final'}",
+         f"data.path={run_dir / 'preferences.jsonl'}", *common], source="arithmetic_rm.yaml")
+    return {
+        "sft": build_config(SFTConfig, load_packaged(sft_file), sft_overrides, source=sft_file),
+        "rm": rm,
+        "rl": build_config(RunConfig, load_packaged(stage_file), [*rl_overrides, *overrides],
+                           source=f"{stage_file} with the quickstart's key=value overrides"),
+        "rl_packaged": load_packaged(stage_file),
+    }
+
+
+def _stages(run_dir: Path, configs: dict[str, Any], *, seed: int, steps: int | None, device: str,
+            overrides: list[str], algorithm: str, reward_model: bool, resume: bool, progress: bool,
+            task: str = "arithmetic") -> dict[str, Any]:
     """Every stage in order, each kept when a resumed quickstart finished it already; the RL stage's
     summary with the other stages' numbers added."""
     from rlvr.modeling.tiny import build_tiny_model
     from rlvr.recipes import sft, train
 
     stages = 5 if reward_model else 3
-    common = [f"train.seed={seed}", f"train.device={device}", f"log.progress={progress}"]
-    print(f"[1/{stages}] building a tiny model -> {run_dir / 'base_model'}")
-    if not (resume and (run_dir / "base_model" / "config.json").is_file()):
+    if resume and (run_dir / "base_model" / "config.json").is_file():
+        print(f"[1/{stages}] the tiny model built when the quickstart started: {run_dir / 'base_model'}")
+    else:
+        print(f"[1/{stages}] building a tiny model -> {run_dir / 'base_model'}")
         build_tiny_model(run_dir / "base_model", seed=seed)
 
     tools = task == "tools"
-    sft_file = TOOL_CONFIGS["sft"] if tools else "quickstart_sft.yaml"
-    sft_overrides = [f"out={run_dir / 'sft'}", f"model.path={run_dir / 'base_model'}", *common]
-    if reward_model:
-        sft_overrides.append(f"eval.stop_at_accuracy={RM_SFT_STOP}")
-    sft_config = build_config(SFTConfig, load_packaged(sft_file), sft_overrides, source=sft_file)
+    sft_config, run_config = configs["sft"], configs["rl"]
     print(f"[2/{stages}] SFT bootstrap " + ("on gold tool-use episodes " if tools else "")
           + f"until held-out greedy accuracy reaches {sft_config.eval.stop_at_accuracy:.2f}")
     sft_summary = _stage(sft.train, sft_config, run_dir / "sft", resume=resume)
     print(f"      SFT stopped after {sft_summary['steps']} steps at dev accuracy {sft_summary['eval_accuracy']:.3f}")
 
     name = algorithm.upper()
-    stage_config = TOOL_CONFIGS[algorithm] if tools else (RM_STAGE_CONFIGS if reward_model else STAGE_CONFIGS)[algorithm]
-    run_overrides = [f"out={run_dir}", f"model.path={run_dir / 'sft' / 'final'}", *common]
-    if steps is not None:
-        run_overrides.append(f"train.steps={steps}")
     rm_summary = None
     if reward_model:
-        rm_summary = _reward_model_stages(run_dir, load_packaged(stage_config), common, seed=seed, device=device,
+        rm_summary = _reward_model_stages(run_dir, configs["rl_packaged"], configs["rm"], seed=seed, device=device,
                                           progress=progress, resume=resume)
-        run_overrides.append(f"reward_model.path={run_dir / 'rm' / 'final'}")
-    run_config = build_config(RunConfig, load_packaged(stage_config), [*run_overrides, *overrides], source=stage_config)
-    if rm_summary is not None:
         rm_summary["greedy_accuracy"] = head_greedy_accuracy(run_dir / "rm" / "final", run_config)
         print(f"      the reward model's own greedy answers: accuracy {rm_summary['greedy_accuracy']:.3f} on the "
               f"{run_config.eval.limit} held-out problems ({name} against it heads there: docs/reward-models.md)")
@@ -253,10 +311,10 @@ def _report(summary: dict[str, Any], run_dir: Path, algorithm: str, reward_model
     print(f"pass@1 and pass@8 of the trained model: {summary['eval_command']}")
 
 
-def _reward_model_stages(run_dir: Path, rl_config: dict, common: list[str], *, seed: int, device: str,
+def _reward_model_stages(run_dir: Path, rl_config: dict, rm_config, *, seed: int, device: str,
                          progress: bool, resume: bool) -> dict[str, Any]:
-    """Preference pairs from the SFT model's samples on the RL task, then a reward model on them (``rm/``)."""
-    from rlvr.config import RewardModelConfig
+    """Preference pairs from the SFT model's samples on the RL task, then a reward model on them (``rm/``,
+    ``rm_config``)."""
     from rlvr.recipes import train_rm
     from rlvr.rollout.preferences import build_preferences
 
@@ -274,9 +332,6 @@ def _reward_model_stages(run_dir: Path, rl_config: dict, common: list[str], *, s
         pairs = stats["pairs"]
         print(f"      {pairs} pairs; {stats['sample_accuracy']:.3f} of the samples were right")
     print("[4/5] Bradley-Terry reward model on the pairs (`rlvr train-rm`, arithmetic_rm.yaml)")
-    rm_config = build_config(RewardModelConfig, load_packaged("arithmetic_rm.yaml"),
-                             [f"out={run_dir / 'rm'}", f"model.path={sft_model}", f"data.path={pairs_file}", *common],
-                             source="arithmetic_rm.yaml")
     summary = _stage(train_rm.train, rm_config, run_dir / "rm", resume=resume)
     print(f"      held-out pairwise accuracy {summary['pairwise_accuracy']:.3f}")
     return {**summary, "pairs": pairs}

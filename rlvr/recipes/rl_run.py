@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
-from rlvr.engines import SamplingParams
+from rlvr.engines import ENGINES, SamplingParams
 from rlvr.engines.base import call_optional
 from rlvr.engines.process import ProcessEngine
 from rlvr.engines.weight_sync import start_engine
 from rlvr.modeling.forward_choice import forward_note
-from rlvr.modeling.loading import (Reference, context_length, generation_copy, load_run_policy, load_tokenizer,
-                                  needs_engine_copy, stop_token_ids)
+from rlvr.modeling.loading import (Reference, check_model_folder, context_length, generation_copy, load_run_policy,
+                                  load_tokenizer, needs_engine_copy, stop_token_ids)
 from rlvr.recipes.scaffold import Run
 from rlvr.recipes.step_metrics import progress_postfix, run_summary, step_metrics
 from rlvr.recipes.update import UpdateSettings
@@ -46,6 +47,7 @@ from rlvr.rollout.sampler import ProblemSampler, RankSampler
 from rlvr.rollout.suites import (PromptEncoder, announce_suites, check_verifiers, drop_overlong_prompts,
                                  load_eval_suites, load_training_suites)
 from rlvr.run.alarms import Alarms, VerifierErrors
+from rlvr.run.completions_log import CompletionsLog
 from rlvr.run.ranks import check_world_size, reduce_metrics, seed_ranks, sharded_run
 from rlvr.verifiers.errors import InvalidValueError
 
@@ -71,7 +73,7 @@ class RLRun(Run):
         try:
             run._build()
         except BaseException:
-            run.__exit__(None, None, None)  # the verifier pool may be up already, the metrics file is open
+            run.__exit__(*sys.exc_info())  # the verifier pool may be up already; the start is undone
             raise
         return run
 
@@ -90,6 +92,15 @@ class RLRun(Run):
         if environments and config.algorithm.guidance != "none":
             raise InvalidValueError(f"algorithm.guidance: a gold solution is one completion, and the problems play "
                                     f"multi-turn episodes in {', '.join(environments)}; set algorithm.guidance: none")
+        # every model folder and the engine's package too: a reward model's path or a missing vLLM was found
+        # only after the policy had loaded
+        check_model_folder(config.model.path)
+        if config.reward_model is not None:
+            for path in config.reward_model.members:
+                check_model_folder(path, "reward_model.path" if config.reward_model.path else "reward_model.paths")
+        if config.process_reward is not None:
+            check_model_folder(config.process_reward.path, "process_reward.path")
+        ENGINES.get(config.engine.name)  # an engine whose optional package is missing: its install hint
         if dist.is_main:
             announce_suites(config, suites, eval_suites)  # verifier, instruction, chat template of each suite
         self.runner = verifier_runner(config.verifier)
@@ -106,9 +117,11 @@ class RLRun(Run):
                                        problems)
         context = context_length(config.model.path)
         new_tokens = config.environment.max_episode_tokens if self.episodes else gen.max_new_tokens
-        self.suites = drop_overlong_prompts(suites, self.encode, context, new_tokens, gen.overlong_prompts)
+        knob = "environment.max_episode_tokens" if self.episodes else "generation.max_new_tokens"  # named in errors
+        self.suites = drop_overlong_prompts(suites, self.encode, context, new_tokens, gen.overlong_prompts, knob=knob)
         self.eval_suites = drop_overlong_prompts(eval_suites, self.encode, context,
-                                                 config.eval.max_new_tokens or new_tokens, gen.overlong_prompts)
+                                                 config.eval.max_new_tokens or new_tokens, gen.overlong_prompts,
+                                                 knob="eval.max_new_tokens" if config.eval.max_new_tokens else knob)
         self.sampler = RankSampler(ProblemSampler(self.suites, weights, seed=config.train.seed), dist.rank,
                                    dist.world_size)
         shard = sharded_run(config.train, dist)
@@ -176,6 +189,7 @@ class RLRun(Run):
         episodes = None if runner is None else {  # the worker plays them: its own runner with these settings
             "environments": runner.environments, "default": runner.default, "max_turns": runner.max_turns,
             "max_episode_tokens": runner.max_episode_tokens, "workers": runner.workers,
+            "step_timeout_s": runner.step_timeout_s,
             "messages": config.environment.messages, "eos_ids": stop_token_ids(config.model.path, self.tokenizer)}
         return ProcessEngine(config.model.path, self.tokenizer, dtype=config.model.dtype, device=str(device),
                              rng_device=str(self.dist.device), threads=threads,
@@ -190,6 +204,7 @@ class RLRun(Run):
                **({"best_policy": self.best_policy} if self.best_policy is not None else {})}
         seed_ranks(self.config.train.seed, self.dist)  # before a resume, whose restored per-rank RNG state must win
         done = super().restore({**states, **own}, models=models, tokenizer=self.tokenizer, sampler=self.sampler)
+        self.completions = CompletionsLog.for_run(self.run_dir, self.config.log, done=done, enabled=self.dist.is_main)
         if self.best_policy is not None:
             self.best_policy.push(done)  # the policy that samples the next step
         if done == 0 and self.config.eval.at_start and self.eval_suites and self.dist.is_main:
@@ -204,15 +219,16 @@ class RLRun(Run):
         asynchronous generation, the step's samples come from the generator process's queue."""
         config, t = self.config, self.config.train
         if self.async_rollouts is not None:
-            return self._async_rollout(step)
+            return self.completions.record(step, self._async_rollout(step))  # completions.jsonl, when due
         groups, stats = collect_groups(
             engine=self.engine, runner=self.runner, sampler=self.sampler, encode=self.encode,
             num_prompts=t.prompts_per_step // self.dist.world_size, group_size=t.group_size, sampling=self.sampling,
             verifier=config.verifier.name, verifier_options=config.verifier.options, reward_model=self.scorer,
             dynamic_sampling=dynamic_sampling, max_resample_rounds=max_resample_rounds, episodes=self.episodes,
         )
-        return Rollout(groups, self.tensors(groups), stats, self._error_frac(step, groups),
-                       extra=dict(getattr(self.scorer, "metrics", {})))  # a process reward model's prm/
+        rollout = Rollout(groups, self.tensors(groups), stats, self._error_frac(step, groups),
+                          extra=dict(getattr(self.scorer, "metrics", {})))  # a process reward model's prm/
+        return self.completions.record(step, rollout)  # completions.jsonl, when due
 
     def _async_rollout(self, step: int) -> Rollout:
         """Step ``step``'s samples from the generator process (submitted up to S steps ago), scored now."""

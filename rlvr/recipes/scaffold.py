@@ -9,6 +9,11 @@ end the run. The loop itself stays in the recipe, read top to bottom:
             run.end_step(step, metrics)                 # metrics.jsonl, progress, plot, checkpoint on schedule
         return run.finish(summary, save_final)          # final model, plot, summary.json (rank 0)
 
+A start that fails (a wrong model path, data file, option or device found while the run is built, a
+Ctrl-C during start-up) leaves the run folder as it found it: nothing is written before ``restore``,
+and what was written is undone if the run ends before its first step (``rlvr.run.folder.RunFolder``);
+``--overwrite`` deletes the run it replaces only once the new one has trained a step.
+
 Interruption: the first SIGINT or SIGTERM lets the step in progress finish, saves a checkpoint and
 raises :class:`RunInterrupted` (which says where the checkpoint is and how to resume); a second
 SIGINT aborts at once (the message names the last checkpoint written). Under ``torchrun`` every rank
@@ -27,6 +32,7 @@ from typing import Any, Callable, Iterator
 
 from rlvr.config import save_config
 from rlvr.run.checkpoint import latest_checkpoint, resume_checkpoint
+from rlvr.run.folder import RunFolder
 from rlvr.run.progress import make_progress
 from rlvr.run.ranks import join_run, open_tracker, replica_check, restore_run_states, save_run_checkpoint
 from rlvr.run.sharding import is_sharded
@@ -51,9 +57,10 @@ class RunInterrupted(KeyboardInterrupt):
 class Run:
     """A run in progress, on one process or one rank of several (see the module docstring)."""
 
-    def __init__(self, config, name: str, run_dir: Path, dist, checkpoint: Path | None):
-        self.config, self.name, self.run_dir, self.dist, self.checkpoint = config, name, run_dir, dist, checkpoint
-        self.tracker = open_tracker(config, run_dir, dist)
+    def __init__(self, config, name: str, folder: RunFolder, dist, checkpoint: Path | None):
+        self.config, self.name, self.folder, self.dist, self.checkpoint = config, name, folder, dist, checkpoint
+        self.run_dir = folder.path
+        self.tracker = None  # metrics.jsonl, opened by restore(): a start that fails before it writes nothing
         self._tracker_closed = False
         self.progress = None
         self.evaluations: dict[int, dict[str, float]] = {}  # step -> eval/ metrics, kept in checkpoints
@@ -74,19 +81,23 @@ class Run:
     def start(cls, config, name: str, *, resume: bool = False, overwrite: bool = False, check=None):
         """Join the ranks, prepare the run folder (``name`` names a new default one), seed, set threads;
         with ``resume`` find the checkpoint to continue from (``run.checkpoint``)."""
-        config, run_dir, dist = join_run(config, name, resume=resume, overwrite=overwrite, check=check)
-        return cls(config, name, run_dir, dist, resume_checkpoint(run_dir) if resume else None)
+        config, folder, dist = join_run(config, name, resume=resume, overwrite=overwrite, check=check)
+        return cls(config, name, folder, dist, resume_checkpoint(folder.path) if resume else None)
 
     def restore(self, states: dict[str, Any], *, models: dict[str, Any], tokenizer, sampler=None,
                 extra: Callable[[], dict[str, Any]] | None = None) -> int:
         """Say what a checkpoint holds (``states``: objects with ``state_dict``; ``models``: saved as model
         folders; ``sampler``: the per-rank data position; ``extra()``: more plain values) and load it
-        back when resuming, else write ``config.yaml``. Returns the last step done (``run.done``; 0 for a new
-        run)."""
+        back when resuming. The run is built by now, so this is where it begins to write its folder:
+        ``config.yaml`` (a resumed run's too, with the overrides given to ``--resume``, so that a later
+        plain ``--resume`` continues with them) and ``metrics.jsonl``. Returns the last step done
+        (``run.done``; 0 for a new run)."""
         self._save = dict(states=states, models=models, tokenizer=tokenizer, sampler=sampler, extra=extra)
+        self.folder.begin()
+        self.tracker = open_tracker(self.config, self.run_dir, self.dist)
+        if self.dist.is_main:
+            save_config(self.config, self.run_dir / "config.yaml")
         if self.checkpoint is None:
-            if self.dist.is_main:
-                save_config(self.config, self.run_dir / "config.yaml")
             return 0
         state = restore_run_states(self.checkpoint, states, self.dist, sampler, seed=self.config.train.seed,
                                    models=models)
@@ -99,13 +110,14 @@ class Run:
 
     # ---- the loop -----------------------------------------------------------------------------
 
-    def steps(self, total: int) -> Iterator[int]:
+    def steps(self, total: int, *, until: str | None = None) -> Iterator[int]:
         """The steps after the last one done up to ``total``, with a progress bar (rank 0) and Ctrl-C
-        handling; none when the run had already stopped (an early stop saved in the checkpoint)."""
+        handling; none when the run had already stopped (an early stop saved in the checkpoint). ``until``
+        names a stop rule that may end the run sooner (its progress then gives the cap's time as a bound)."""
         self._total = total
         if self.checkpoint is not None and self.dist.is_main:
             print(f"resuming from step {self.done} of {total} ({self.checkpoint})", flush=True)
-        self.progress = make_progress(total, self.name, initial=self.done,
+        self.progress = make_progress(total, self.name, initial=self.done, until=until,
                                       enabled=self.config.log.progress and self.dist.is_main)
         self._loop = self._loop_steps(self.done + 1, total)
         return self._loop
@@ -133,6 +145,7 @@ class Run:
         ``checkpoint.every`` steps, after the last step (or the step the run :meth:`stop` ped at), and
         when the run was interrupted, which then raises :class:`RunInterrupted`."""
         log_start = time.perf_counter()
+        self.folder.keep()  # a step is done: the run is this folder's now (--overwrite: the old one goes)
         self.tracker.log(step, metrics)
         if self.progress is not None:
             self.progress.set_postfix(**(postfix or {}))
@@ -174,6 +187,7 @@ class Run:
         and write ``summary.json``: ``summary`` plus the wall time, the reason of an early stop and the
         replicas' digests. Returns it."""
         self._close_progress()
+        self.folder.keep()  # a run of no step (train.steps: 0) ends here
         sharded = any(is_sharded(model) for model in models)
         replicas = {} if sharded else replica_check(self.dist, *models)  # a shard is no replica
         self._close_tracker()
@@ -208,6 +222,12 @@ class Run:
         self._close_progress()
         self._close_tracker()  # metrics.jsonl is flushed every line; this closes its file on any ending
         self._cleanups.close()
+        if kind is not None and self.folder.state != "kept":  # ended before its first step: undo the start
+            self.folder.abandon()
+            if issubclass(kind, KeyboardInterrupt) and not self.folder.resume:
+                raise RunInterrupted(f"aborted during start-up, before the first step: {self.run_dir} is as it was "
+                                     "before the start", "the same command", run_dir=self.run_dir, step=None,
+                                     resumable=False) from None
         if kind is not None and issubclass(kind, KeyboardInterrupt) and not isinstance(error, RunInterrupted):
             found = latest_checkpoint(self.run_dir)
             what = f"aborted; the last checkpoint is {found}" if found else f"aborted before {self.run_dir} held a checkpoint"
@@ -215,7 +235,7 @@ class Run:
                                  run_dir=self.run_dir, step=self._last_saved, resumable=found is not None) from None
 
     def _close_tracker(self) -> None:
-        if not self._tracker_closed:
+        if not self._tracker_closed and self.tracker is not None:
             self._tracker_closed = True
             self.tracker.close()
 

@@ -163,7 +163,8 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
             return dist.broadcast(result)
 
         step = run.done
-        for step in run.steps(t.steps):
+        stop_rule = None if ev.stop_at_accuracy is None else f"eval accuracy {ev.stop_at_accuracy}"
+        for step in run.steps(t.steps, until=stop_rule):
             # ---- one optimizer step over batch_size examples, in micro-batches -------------------
             picked = [data[i] for i in batches.next(t.batch_size)]
             ids, attention, mask = collate_completions([p for p, _, _ in picked], [c for _, c, _ in picked],

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rlvr.rollout.episodes import episode_metrics
+from rlvr.rollout.episodes import episode_metrics, verifier_score
 
 
 def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mixed: bool) -> dict[str, float]:
@@ -38,10 +38,11 @@ def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mix
     if samples.correct is not None:  # binary rewards, or verifier.success_threshold set
         metrics[f"{verdict}/accuracy"] = float(samples.correct.float().mean())
     if verdict == "gold":
-        gold = [r.score for r in judged if r.status == "ok"]
+        gold = [verifier_score(r) for r in judged if r.status == "ok"]
         if gold:
             metrics["gold/mean"] = sum(gold) / len(gold)
-            metrics["gold/se"] = _clustered_se([[r.score for r in g.gold if r.status == "ok"] for g in groups])
+            metrics["gold/se"] = _clustered_se([[verifier_score(r) for r in g.gold if r.status == "ok"]
+                                                for g in groups])
         scored = [r.components["rm"] for r in rewards if "rm" in r.components]  # unnormalised: its trend is real
         metrics["proxy/reward"] = sum(scored) / max(1, len(scored))
         ranked = proxy_pairwise_accuracy(groups)
@@ -80,7 +81,7 @@ def proxy_pairwise_accuracy(groups) -> tuple[float, float, float] | None:
     for g in groups:
         if g.gold is None:
             continue
-        rated = [(r.components["rm"], gold.score) for r, gold in zip(g.rewards, g.gold)
+        rated = [(r.components["rm"], verifier_score(gold)) for r, gold in zip(g.rewards, g.gold)
                  if "rm" in r.components and gold.status == "ok"]
         agree, pairs = 0.0, 0
         for i, (proxy_i, gold_i) in enumerate(rated):

@@ -16,6 +16,7 @@ import torch
 
 from rlvr.run.sharding import lockstep_passes
 
+from rlvr.rollout.episodes import verifier_score
 from rlvr.rollout.groups import Group, is_correct
 from rlvr.verifiers.base import Reward
 
@@ -25,7 +26,7 @@ class SampleTensors:
     """Per-sample quantities laid out ``[P, G]`` (prompt, sample)."""
 
     scores: torch.Tensor  # reward used for advantages (after failure handling and shaping)
-    raw_scores: torch.Tensor  # the verifier's score as given
+    raw_scores: torch.Tensor  # the score as given (the verifier's, plus an episode's turn rewards)
     valid: torch.Tensor  # bool: enters group statistics and the loss
     correct: torch.Tensor | None  # bool: the verifier passed it (see :func:`verdicts`); None: no pass/fail
     truncated: torch.Tensor  # bool: finish_reason == "length"
@@ -44,11 +45,13 @@ def overlong_soft_penalty(lengths: torch.Tensor, max_len: int, buffer: int, pena
 
 
 def verdicts(rewards: Sequence[Sequence[Reward]], threshold: float | None) -> torch.Tensor | None:
-    """Pass/fail ``[P, G]`` of verifier rewards: status ok and score >= ``threshold``. Without a
-    threshold only binary rewards (every ok score 0 or 1) pass or fail, at 1; continuous ones give
-    None: no accuracy is logged rather than a fake one."""
+    """Pass/fail ``[P, G]`` of verifier rewards: status ok and the verifier's own score >= ``threshold``
+    (:func:`~rlvr.rollout.groups.is_correct`: an episode's turn rewards shape the trained score but never
+    decide pass/fail, so a binary verifier's accuracy is still logged when turn rewards are non-zero).
+    Without a threshold only binary rewards (every ok verifier score 0 or 1) pass or fail, at 1;
+    continuous ones give None: no accuracy is logged rather than a fake one."""
     if threshold is None:
-        if not {r.score for row in rewards for r in row if r.status == "ok"} <= {0.0, 1.0}:
+        if not {verifier_score(r) for row in rewards for r in row if r.status == "ok"} <= {0.0, 1.0}:
             return None
         threshold = 1.0
     return torch.tensor([[is_correct(r, threshold) for r in row] for row in rewards])

@@ -105,10 +105,14 @@ def check_template(tokenizer, template: ChatTemplate, eos_text: str) -> str | No
     return None
 
 
-def message_encoder(tokenizer, mode: str, chat_template: str | ChatTemplate | None, eos_ids: Sequence[int]) -> Any:
+def message_encoder(tokenizer, mode: str, chat_template: str | ChatTemplate | None, eos_ids: Sequence[int], *,
+                    knobs: tuple[str, str] = ("environment.messages={}", "chat_template")) -> Any:
     """The encoder of ``environment.messages`` = ``mode`` (module docstring) for prompts rendered with
     ``chat_template``, whose turns end at one of ``eos_ids`` (the ids the engine stops at); a template
-    that cannot carry an episode is refused with the fixes."""
+    that cannot carry an episode is refused with the fixes, spelled as the caller's ``knobs``: the
+    messages setting (a format string for its value) and the chat-template one (``rlvr eval`` names
+    its flags: ``("--env-messages {}", "--chat-template")``)."""
+    messages_knob, template_knob = knobs
     if mode not in MESSAGE_FORMATS:
         raise InvalidValueError(f"environment.messages must be one of {', '.join(MESSAGE_FORMATS)}, got {mode!r}")
     template = resolve_chat_template(chat_template)
@@ -116,8 +120,8 @@ def message_encoder(tokenizer, mode: str, chat_template: str | ChatTemplate | No
     if mode == "text" or (mode == "auto" and not has_template):
         return TextMessages(tokenizer)
     if not has_template:
-        raise InvalidValueError("environment.messages=template needs a chat template (the tokenizer has none and "
-                                "chat_template is none); set environment.messages=text")
+        raise InvalidValueError(f"{messages_knob.format('template')} needs a chat template (the tokenizer has none "
+                                f"and {template_knob} is none); set {messages_knob.format('text')}")
     problems = {}
     for eos_text in tokenizer.convert_ids_to_tokens(list(eos_ids)):
         problems[eos_text] = check_template(tokenizer, template, eos_text)
@@ -125,7 +129,7 @@ def message_encoder(tokenizer, mode: str, chat_template: str | ChatTemplate | No
             return TemplateMessages(tokenizer, template, eos_text)
     problem = next((p for p in problems.values() if "end-of-turn" not in p), None) or next(iter(problems.values()))
     raise InvalidValueError(f"the chat template cannot carry multi-turn episodes token-in, token-out: {problem}; "
-                            "set environment.messages=text, or give a prefix-preserving chat_template file")
+                            f"set {messages_knob.format('text')}, or give a prefix-preserving {template_knob} file")
 
 
 class MessageEncoders:

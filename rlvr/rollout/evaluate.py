@@ -2,6 +2,19 @@
 
 The same function serves ``rlvr eval``, evaluation during training, and the quickstart's
 before/after numbers.
+
+What counts as correct, and what happens to samples the verifier could not score:
+
+* a sample is correct when the verifier's verdict passes: status ``ok`` and the verifier's own score
+  >= ``success_threshold`` (:func:`rlvr.rollout.groups.is_correct`). An episode's turn rewards shape
+  the score (``mean_score``) but never decide pass/fail.
+* ``accuracy`` and pass@k are over *all* samples, so a sample whose verification failed (``timeout``,
+  ``error``) or that the verifier declined (``abstain``) counts as not correct: the number never
+  rises because checks fail. It is never silent: the status counts, ``error_frac`` (timeout and
+  error) and ``abstain_frac`` are reported beside it, ``scored_accuracy`` is the accuracy over the
+  samples that were scored, and :meth:`EvalResult.status_warning` is a line that names the counts
+  (and says the accuracy is meaningless when no sample was scored), which ``rlvr eval`` and a
+  training run's evaluation print.
 """
 
 from __future__ import annotations
@@ -12,8 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from rlvr.engines.base import Engine, SamplingParams
-from rlvr.rollout.episodes import episode_metrics, episode_summary, settle_rewards
+from rlvr.rollout.episodes import episode_metrics, episode_summary, settle_rewards, verifier_score
+from rlvr.rollout.groups import is_correct
 from rlvr.tasks.base import Problem
+from rlvr.verifiers.base import STATUSES
 from rlvr.verifiers.runner import VerifierRunner
 
 
@@ -32,12 +47,17 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - product
 
 
+#: Statuses of a verification that failed (``error_frac``); ``abstain`` (the verifier declined) is the other
+#: status of a sample that was not scored.
+FAILED_STATUSES = ("timeout", "error")
+
+
 @dataclass
 class EvalResult:
-    """Aggregate and per-problem results of one evaluation."""
+    """Aggregate and per-problem results of one evaluation (see the module docstring for what counts)."""
 
-    accuracy: float  # mean over all samples of "correct"
-    mean_score: float
+    accuracy: float  # correct samples / all samples (a sample not scored counts as not correct)
+    mean_score: float  # mean reward over all samples (a sample not scored counts 0)
     pass_at_k: dict[int, float]
     status: Counter
     problems: int
@@ -48,19 +68,66 @@ class EvalResult:
     generated_tokens: int
     records: list[dict[str, Any]] = field(default_factory=list)
     episodes: dict[str, float] = field(default_factory=dict)  # env/ metrics of multi-turn episodes (none: {})
+    first_error: str | None = None  # the first failed (timeout/error) sample's message, on one line: why
+    correct_samples: int = 0
+
+    @property
+    def samples(self) -> int:
+        return sum(self.status.values())
+
+    @property
+    def error_frac(self) -> float:
+        """The share of samples whose verification failed (``timeout`` or ``error``)."""
+        return sum(self.status[s] for s in FAILED_STATUSES) / self.samples if self.samples else 0.0
+
+    @property
+    def abstain_frac(self) -> float:
+        """The share of samples the verifier declined to score (``abstain``)."""
+        return self.status["abstain"] / self.samples if self.samples else 0.0
+
+    @property
+    def scored_accuracy(self) -> float | None:
+        """Correct samples / samples with status ``ok``; None when no sample was scored."""
+        scored = self.status["ok"]
+        return self.correct_samples / scored if scored else None
+
+    def status_warning(self, name: str) -> str | None:
+        """One line when some samples were not scored (status other than ``ok``), naming the suite
+        ``name``, the counts, and what the accuracy then means; None when every sample was scored."""
+        unscored = {s: n for s, n in sorted(self.status.items()) if s != "ok" and n}
+        if not unscored:
+            return None
+        counts = ", ".join(f"{s} {n}" for s, n in unscored.items())
+        why = f"; first error: {self.first_error}" if self.first_error else ""
+        if not self.status["ok"]:
+            return (f"warning: eval {name}: none of the {self.samples} samples was scored ({counts}): "
+                    f"accuracy {self.accuracy:.4f} is meaningless, it measures the verifier, not the model{why}")
+        return (f"warning: eval {name}: {sum(unscored.values())} of {self.samples} samples were not scored "
+                f"({counts}) and count as not correct: accuracy {self.accuracy:.4f} over all samples, "
+                f"{self.scored_accuracy:.4f} over the {self.status['ok']} scored{why}")
 
     def summary(self) -> dict[str, Any]:
         return {
             "accuracy": self.accuracy,
+            "scored_accuracy": self.scored_accuracy,
             "mean_score": self.mean_score,
             **{f"pass@{k}": v for k, v in self.pass_at_k.items()},
             "problems": self.problems,
             "samples_per_problem": self.samples_per_problem,
             "status": dict(self.status),
+            "error_frac": self.error_frac,
+            "abstain_frac": self.abstain_frac,
+            **({"first_error": self.first_error} if self.first_error else {}),
             "wall_s": self.wall_s,
             "tokens_per_s": self.generated_tokens / self.generate_s if self.generate_s else 0.0,
             "problems_per_s": self.problems / self.wall_s if self.wall_s else 0.0,
         }
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one line, cut to ``limit`` characters (an error message may be a whole traceback)."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def evaluate(
@@ -84,7 +151,9 @@ def evaluate(
 
     ``verifier`` overrides each problem's own verifier. ``progress(n_done)`` is called after each
     batch of prompts. With ``episodes`` (an :class:`rlvr.rollout.episodes.EpisodeRunner`), problems
-    with an environment are played as multi-turn episodes and their last assistant message is scored.
+    with an environment are played as multi-turn episodes and their last assistant message is scored;
+    their turn rewards add to the score, not to pass/fail. Samples the verifier did not score count as
+    not correct and are reported (module docstring).
     """
     bad_k = [k for k in ks if k > samples]
     if bad_k:
@@ -97,6 +166,7 @@ def evaluate(
     score_sum = 0.0
     records: list[dict[str, Any]] = []
     played = []  # the completions that were multi-turn episodes
+    first_error: str | None = None
     for first in range(0, len(problems), batch_prompts):
         chunk = list(problems[first : first + batch_prompts])
         t0 = time.perf_counter()
@@ -124,10 +194,13 @@ def evaluate(
         verify_s += time.perf_counter() - t1
         for i, problem in enumerate(chunk):
             group_rewards = rewards[i]
-            correct = [r.status == "ok" and r.score >= success_threshold for r in group_rewards]
+            correct = [is_correct(r, success_threshold) for r in group_rewards]
             correct_counts.append(sum(correct))
-            score_sum += sum(r.score for r in group_rewards)
+            score_sum += sum(r.score for r in group_rewards if r.status == "ok")
             status.update(r.status for r in group_rewards)
+            if first_error is None:
+                first_error = next((_one_line(r.info.get("error") or r.status) for r in group_rewards
+                                    if r.status in FAILED_STATUSES), None)
             tokens += sum(len(c.token_ids) for c in groups[i])
             played += [c for c in groups[i] if c.episode is not None]
             if keep_records:
@@ -140,7 +213,11 @@ def evaluate(
                     "status": [r.status for r in group_rewards],
                     "extracted": [r.info.get("extracted") for r in group_rewards],
                     "finish_reason": [c.finish_reason for c in groups[i]],
-                    **({"episodes": [episode_summary(c.episode) for c in groups[i]]}
+                    **({"errors": [_one_line(r.info.get("error") or r.status) if r.status in FAILED_STATUSES
+                                   else None for r in group_rewards]}
+                       if any(r.status in FAILED_STATUSES for r in group_rewards) else {}),
+                    **({"episodes": [episode_summary(c.episode) for c in groups[i]],
+                        "verifier_scores": [verifier_score(r) for r in group_rewards]}
                        if any(c.episode is not None for c in groups[i]) else {}),
                 })
         if progress is not None:
@@ -159,14 +236,21 @@ def evaluate(
         generated_tokens=tokens,
         records=records,
         episodes=episode_metrics(played),
+        first_error=first_error,
+        correct_samples=sum(correct_counts),
     )
 
 
 def evaluate_suites(engine: Engine, encode, suites: dict[str, Sequence[Problem]], runner: VerifierRunner, *,
-                    eval_config, generation, verifier, episodes=None) -> dict[str, float]:
-    """A training run's evaluation: ``eval/<suite>/accuracy`` and ``/mean_score`` per held-out suite,
-    and ``eval/accuracy`` (their mean). Reads an ``EvalConfig``, a ``GenerationConfig`` (sampling, and
-    the token budget unless ``eval.max_new_tokens`` sets one) and a ``VerifierConfig``."""
+                    eval_config, generation, verifier, episodes=None,
+                    warn: Callable[[str], None] | None = None) -> dict[str, float]:
+    """A training run's evaluation: per held-out suite ``eval/<suite>/accuracy`` and ``/mean_score``, what
+    the verifier could not score (``/error_frac``, ``/abstain_frac``, ``/status_<status>`` counts, and
+    ``/scored_accuracy`` when any sample was scored), and ``eval/accuracy`` (the suites' mean accuracy).
+    A suite with samples not scored gets its :meth:`EvalResult.status_warning` line passed to ``warn``
+    (default: printed). Reads an ``EvalConfig``, a ``GenerationConfig`` (sampling, and the token budget
+    unless ``eval.max_new_tokens`` sets one) and a ``VerifierConfig``."""
+    warn = warn or (lambda line: print(line, flush=True))
     sampling = SamplingParams(
         max_new_tokens=eval_config.max_new_tokens or generation.max_new_tokens,
         temperature=generation.temperature, top_p=generation.top_p, top_k=generation.top_k,
@@ -179,8 +263,21 @@ def evaluate_suites(engine: Engine, encode, suites: dict[str, Sequence[Problem]]
                           ks=(1,), verifier=verifier.name, verifier_options=verifier.options,
                           success_threshold=1.0 if verifier.success_threshold is None else verifier.success_threshold,
                           episodes=episodes)
-        metrics[f"eval/{name}/accuracy"] = result.accuracy
-        metrics[f"eval/{name}/mean_score"] = result.mean_score
+        metrics.update(status_metrics(f"eval/{name}", result))
         accuracies.append(result.accuracy)
+        line = result.status_warning(name)
+        if line:
+            warn(line)
     metrics["eval/accuracy"] = sum(accuracies) / len(accuracies)
+    return metrics
+
+
+def status_metrics(prefix: str, result: EvalResult) -> dict[str, float]:
+    """``<prefix>/accuracy``, ``/mean_score``, ``/error_frac``, ``/abstain_frac``, ``/status_<status>`` (a
+    count, for every status) and ``/scored_accuracy`` (only when some sample was scored) of ``result``."""
+    metrics = {f"{prefix}/accuracy": result.accuracy, f"{prefix}/mean_score": result.mean_score,
+               f"{prefix}/error_frac": result.error_frac, f"{prefix}/abstain_frac": result.abstain_frac,
+               **{f"{prefix}/status_{s}": float(result.status[s]) for s in STATUSES}}
+    if result.scored_accuracy is not None:
+        metrics[f"{prefix}/scored_accuracy"] = result.scored_accuracy
     return metrics

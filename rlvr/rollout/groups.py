@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from rlvr.engines.base import Completion, Engine, SamplingParams
-from rlvr.rollout.episodes import settle_rewards
+from rlvr.rollout.episodes import settle_rewards, verifier_score
 from rlvr.rollout.sampler import ProblemSampler
 from rlvr.tasks.base import Problem
 from rlvr.verifiers.base import Reward
@@ -50,7 +50,9 @@ class RolloutStats:
 
 
 def is_correct(reward: Reward, threshold: float) -> bool:
-    return reward.status == "ok" and reward.score >= threshold
+    """Pass/fail by the verifier's verdict: status ok and the verifier's own score (not an episode's turn
+    rewards, which only shape the trained reward: :func:`rlvr.rollout.episodes.verifier_score`) >= ``threshold``."""
+    return reward.status == "ok" and verifier_score(reward) >= threshold
 
 
 SIGNAL_EPS = 1e-6

@@ -147,9 +147,12 @@ def load_eval_suites(config) -> dict[str, list[Problem]]:
 
 
 def drop_overlong_prompts(suites: dict[str, list[Problem]], encode: PromptEncoder, context: int | None,
-                          max_new_tokens: int, on_overlong: str) -> dict[str, list[Problem]]:
+                          max_new_tokens: int, on_overlong: str, *,
+                          knob: str = "generation.max_new_tokens") -> dict[str, list[Problem]]:
     """The suites without the problems whose prompt leaves no room for ``max_new_tokens`` in the
-    model's ``context`` (None: no limit known, nothing dropped).
+    model's ``context`` (None: no limit known, nothing dropped). ``knob`` is the config key that set
+    ``max_new_tokens`` (``environment.max_episode_tokens`` for episodes, ``eval.max_new_tokens``), named
+    in the messages so that they point at the value to change.
 
     Every prompt is tokenised here, once (the encoder caches the ids for the run). A prompt that
     does not fit would otherwise be truncated by the position embeddings, or, at 200k characters,
@@ -160,8 +163,8 @@ def drop_overlong_prompts(suites: dict[str, list[Problem]], encode: PromptEncode
         return suites
     budget = context - max_new_tokens
     if budget < 1:
-        raise InvalidValueError(f"generation.max_new_tokens ({max_new_tokens}) leaves no room for a prompt in the "
-                                f"model's context of {context} tokens")
+        raise InvalidValueError(f"{knob} ({max_new_tokens}) leaves no room for a prompt in the model's context of "
+                                f"{context} tokens; set it below {context}")
     out: dict[str, list[Problem]] = {}
     for name, problems in suites.items():
         lengths = [len(encode(p)) for p in problems]
@@ -170,7 +173,7 @@ def drop_overlong_prompts(suites: dict[str, list[Problem]], encode: PromptEncode
         if dropped:
             worst = max(range(len(problems)), key=lengths.__getitem__)
             detail = (f"{dropped} of {len(problems)} prompts of suite {name!r} are longer than {budget} tokens (the model's "
-                      f"context of {context} minus {max_new_tokens} new tokens); the longest, {problems[worst].id}, has "
+                      f"context of {context} minus {knob} {max_new_tokens}); the longest, {problems[worst].id}, has "
                       f"{lengths[worst]}")
             if on_overlong == "error":
                 raise InvalidValueError(f"{detail}. Set generation.overlong_prompts=skip to leave them out.")
@@ -183,11 +186,13 @@ def drop_overlong_prompts(suites: dict[str, list[Problem]], encode: PromptEncode
 
 def check_verifiers(override: str | None, options: dict, problems) -> None:
     """Every verifier the run will call exists and accepts its options: each is built once here,
-    before any model is loaded (an unknown name lists the registered ones, a bad option the valid ones)."""
+    before any model is loaded (an unknown name lists the registered ones, a bad option the valid ones),
+    and asked for its ``preflight()`` where it has one (the judge: is its server there?)."""
+    from rlvr.verifiers.audit import preflight
     from rlvr.verifiers.registry import get_verifier
 
     for name in {override} if override else {p.verifier for p in problems}:
-        get_verifier(name, **(options if override else {}))
+        preflight(get_verifier(name, **(options if override else {})))
 
 
 def describe_suites(config, suites: dict[str, Sequence[Problem]], eval_suites: dict[str, Sequence[Problem]]) -> list[str]:

@@ -23,11 +23,14 @@ def _is_terminal(stream: TextIO) -> bool:
 
 
 def make_progress(total: int, desc: str, *, initial: int = 0, enabled: bool = True, unit: str = "step",
-             stream: TextIO | None = None, every: int | None = None, interval_s: float = 30.0):
+             stream: TextIO | None = None, every: int | None = None, interval_s: float = 30.0,
+             until: str | None = None):
     """A progress reporter for ``total`` units, or None when ``enabled`` is False.
 
     A tqdm bar when ``stream`` (default: stderr) is a terminal, else a :class:`PlainProgress`.
-    ``RLVR_PROGRESS=plain`` or ``=bar`` forces one or the other.
+    ``RLVR_PROGRESS=plain`` or ``=bar`` forces one or the other. ``until`` names a stop rule that may end
+    the run before ``total`` (SFT's ``eval.stop_at_accuracy``): ``total`` is then a cap, and the time left
+    is an upper bound, said as such.
     """
     if not enabled:
         return None
@@ -36,8 +39,10 @@ def make_progress(total: int, desc: str, *, initial: int = 0, enabled: bool = Tr
     if mode == "bar" or (mode != "plain" and _is_terminal(stream)):
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, file=stream)
-    return PlainProgress(total, desc, initial=initial, unit=unit, stream=stream, every=every, interval_s=interval_s)
+        label = f"{desc} (at most {total}; stops at {until})" if until else desc
+        return tqdm(total=total, initial=initial, desc=label, unit=unit, dynamic_ncols=True, file=stream)
+    return PlainProgress(total, desc, initial=initial, unit=unit, stream=stream, every=every, interval_s=interval_s,
+                         until=until)
 
 
 class PlainProgress:
@@ -45,8 +50,8 @@ class PlainProgress:
     eta 19m, reward=0.41 acc=0.38``. ``every`` defaults to a tenth of the total (at least 1)."""
 
     def __init__(self, total: int, desc: str, *, initial: int = 0, unit: str = "step", stream: TextIO | None = None,
-                 every: int | None = None, interval_s: float = 30.0):
-        self.total, self.desc, self.unit = total, desc, unit
+                 every: int | None = None, interval_s: float = 30.0, until: str | None = None):
+        self.total, self.desc, self.unit, self.until = total, desc, unit, until
         self.n = initial
         self.stream = stream or sys.stderr
         self.every = every or max(1, total // 10)
@@ -76,8 +81,9 @@ class PlainProgress:
         if done:
             parts.append(f"{rate:.2f} s/{self.unit}")
             left = rate * (self.total - self.n)
-            if left > 0:
-                parts.append(f"eta {_duration(left)}")
+            if left > 0:  # with a stop rule, the cap's time: an upper bound
+                parts.append(f"eta at most {_duration(left)} (stops at {self.until})" if self.until
+                             else f"eta {_duration(left)}")
         if self.postfix:
             parts.append(" ".join(f"{k}={v}" for k, v in self.postfix.items()))
         print(", ".join(parts), file=self.stream, flush=True)

@@ -18,7 +18,7 @@ import torch
 
 from rlvr.config import CRITIC_PRESETS
 from rlvr.run.checkpoint import restore_states, save_checkpoint, temporary_folder
-from rlvr.run.folder import RunFolderError, prepare_run_folder
+from rlvr.run.folder import RunFolder, RunFolderError, prepare_run_folder
 from rlvr.run.runtime import (Distributed, init_distributed, quiet_transformers, rng_state, seed_everything,
                               set_rng_state, set_threads)
 from rlvr.run.sharded_checkpoint import SHARDED, ShardedParts
@@ -37,28 +37,31 @@ MAX_PREFIXES = ("time/",)
 
 def join_run(config, name: str, *, resume: bool = False, overwrite: bool = False, check=None):
     """The start every recipe shares, on one process or under torchrun: join the ranks, ``check`` the
-    world size, prepare the run folder (``config.out`` or ``runs/<name>-<timestamp>``) on rank 0 and
-    broadcast its path, seed, set threads. Returns ``(config with out set, run_dir, dist)``."""
+    world size, claim the run folder (``config.out`` or ``runs/<name>-<timestamp>``) on rank 0 and
+    broadcast its path, seed, set threads. Returns ``(config with out set, folder, dist)``: ``folder`` is
+    a :class:`rlvr.run.folder.RunFolder` that only rank 0 acts on."""
     quiet_transformers()
     dist = init_distributed(config.train.device)
     if check is not None:
         check(dist.world_size)
-    error, run_dir = None, None
+    error, folder = None, None
     if dist.is_main:
         try:
-            run_dir = prepare_run_folder(config.out, name=name, resume=resume, overwrite=overwrite)
+            folder = prepare_run_folder(config.out, name=name, resume=resume, overwrite=overwrite)
         except RunFolderError as exc:
             error = str(exc)
-    error, run_dir = dist.broadcast((error, run_dir))
+    error, run_dir = dist.broadcast((error, None if folder is None else folder.path))
     if error is not None:
         raise RunFolderError(error)
+    if folder is None:  # another rank's view: the same folder, whose files rank 0 handles
+        folder = RunFolder(Path(run_dir), resume=resume, owns=False)
     config = config.model_copy(update={"out": str(run_dir)})
     if dist.is_main:
         ranks = f", {dist.world_size} ranks" if dist.world_size > 1 else ""
         print(f"run folder: {run_dir}" + (" (resuming)" if resume else "") + ranks, flush=True)
     seed_everything(config.train.seed)  # the same on every rank until the models are built
     set_threads(config.train.threads)
-    return config, Path(run_dir), dist
+    return config, folder, dist
 
 
 def backward_on_share(batch: list, micro_batch_size: int, loss_of, model, dist: Distributed) -> dict[str, float]:
@@ -152,7 +155,7 @@ def restore_run_states(checkpoint: Path, states: dict[str, Any], dist: Distribut
     """Load a checkpoint's ``states`` (the optimizers of sharded ``models`` from their shards) and give
     each rank back its own RNG and data position; returns the whole trainer state (``step`` and the
     plain values saved with it)."""
-    sharded = ShardedParts.of(models or {}, states)
+    sharded = ShardedParts.in_checkpoint(checkpoint, models or {}, states)  # an fsdp2 run's, on any world size
     sharded.load_optimizers(checkpoint)
     state = restore_states(checkpoint, {name: s for name, s in states.items() if name not in sharded.optimizers})
     restore_rank_state(state.get("ranks") or [{"rng": state["rng"], "sampler": None}], dist, sampler, seed,

@@ -40,7 +40,18 @@ class ShardedParts:
     @classmethod
     def of(cls, models: dict, states: dict) -> "ShardedParts":
         """The sharded ones among a run's ``models`` and the optimizers among its ``states`` that train them."""
-        sharded = {name: model for name, model in models.items() if is_sharded(model)}
+        return cls._with(models, states, {name: model for name, model in models.items() if is_sharded(model)})
+
+    @classmethod
+    def in_checkpoint(cls, checkpoint: str | Path, models: dict, states: dict) -> "ShardedParts":
+        """The models of a run whose weights ``checkpoint`` holds as shards, sharded now or not, and their
+        optimizers: a checkpoint of an FSDP2 run resumed on one process (which runs unsharded) loads
+        them from the shards, as DCP reshards on load."""
+        written = {name: model for name, model in models.items() if (Path(checkpoint) / SHARDED / name).is_dir()}
+        return cls._with(models, states, written)
+
+    @classmethod
+    def _with(cls, models: dict, states: dict, sharded: dict) -> "ShardedParts":
         owner = {id(p): model for model in sharded.values() for p in model.parameters()}
         optimizers = {}
         for name, state in states.items():

@@ -10,10 +10,10 @@ import errno
 import json
 import math
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
+from rlvr.verifiers.errors import PluginLoadError
 from rlvr.verifiers.files import DiskFullError
 
 PLOT_PANELS = [
@@ -40,38 +40,44 @@ class Tracker:
     """Appends one JSON line per logged step and forwards to tensorboard/wandb when asked for.
 
     The file is flushed every step, so nothing logged is lost on a crash. ``truncate(step)`` drops
-    lines after a checkpoint's step before a resumed run continues.
+    lines after a checkpoint's step before a resumed run continues. A tracker asked for without its
+    package is a one-line :class:`PluginLoadError` naming the extra to install (the config's ``log``
+    section refuses it at load already), never a warning and a run without the tracking it asked for.
     """
 
     def __init__(self, run_dir: str | Path, *, tensorboard: bool = False, wandb: bool = False,
-                 wandb_project: str = "rlvr", config: dict | None = None, filename: str = "metrics.jsonl"):
+                 wandb_project: str = "rlvr", wandb_entity: str | None = None, wandb_name: str | None = None,
+                 config: dict | None = None, filename: str = "metrics.jsonl"):
+        from rlvr.config.sections import tracker_missing
+
+        for flag, wanted in (("tensorboard", tensorboard), ("wandb", wandb)):
+            problem = wanted and tracker_missing(flag)
+            if problem:  # before anything is written
+                raise PluginLoadError(f"log.{flag}: {problem}")
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / filename
         self._file = self.path.open("a")
         self._tb = self._wandb = None
         if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
-            except ImportError:
-                warnings.warn("log.tensorboard is set but tensorboard is not installed (pip install tensorboard)")
+            self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
         if wandb:
-            try:
-                import wandb as wandb_module
+            import wandb as wandb_module
 
-                self._wandb = wandb_module.init(project=wandb_project, dir=str(self.run_dir), config=config or {})
-            except ImportError:
-                warnings.warn("log.wandb is set but wandb is not installed (pip install wandb)")
-
+            self._wandb = wandb_module.init(project=wandb_project, entity=wandb_entity,
+                                            name=wandb_name or self.run_dir.resolve().name, dir=str(self.run_dir),
+                                            config=config or {})
 
     @classmethod
     def for_run(cls, run_dir: str | Path, config) -> "Tracker":
-        """The tracker a run config's ``log`` section asks for (tensorboard, wandb), the resolved config
-        attached to the wandb run."""
-        return cls(run_dir, tensorboard=config.log.tensorboard, wandb=config.log.wandb,
-                   wandb_project=config.log.wandb_project, config=config.model_dump(mode="json"))
+        """The tracker a run config's ``log`` section asks for (tensorboard, wandb: its project, entity and
+        run name), the resolved config attached to the wandb run."""
+        log = config.log
+        return cls(run_dir, tensorboard=log.tensorboard, wandb=log.wandb, wandb_project=log.wandb_project,
+                   wandb_entity=log.wandb_entity, wandb_name=log.wandb_name, config=config.model_dump(mode="json"))
+
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         """Append ``{"step", "time", **metrics}``: ``time`` is the wall clock when the line was written
         (unix seconds), a label like ``step`` rather than a metric (trackers and plots skip it)."""
