@@ -121,7 +121,7 @@ def test_a_step_and_an_episode_start_that_never_return_end_within_the_deadline()
     assert sorted(env.closed) == ["hang", "ok"]  # the hung episode is closed too (its step thread is abandoned)
 
 
-def test_a_megabyte_observation_is_never_tokenised_and_its_episode_is_masked():
+def test_a_megabyte_observation_is_never_tokenised_and_its_episode_is_cut():
     class CountingText(TextMessages):
         longest = 0
 
@@ -136,9 +136,9 @@ def test_a_megabyte_observation_is_never_tokenised_and_its_episode_is_masked():
     [[huge], [ok]] = runner.generate(engine, [_problem("megabyte"), _problem("ok")], [ids("x")] * 2, 1, SAMPLING)
     assert time.perf_counter() - start < 0.5
     assert CountingText.longest <= 64 * CHARS_PER_TOKEN_BOUND  # the megabyte was measured, never tokenised
-    assert huge.episode.stop == "error" and "1000000 characters" in huge.episode.error
-    assert "environment.max_episode_tokens=64" in huge.episode.error
-    assert settle_rewards([huge], [Reward(0.0)])[0].status == "error"  # masked and counted, not a plain 0
+    # a truncated sample (algorithm.overlong masks or shapes it), not an error: the tool quickstart's own
+    # policy printing 718**1444 is where such replies come from, and errors count toward max_error_frac
+    assert huge.episode.stop == "max_tokens" and huge.finish_reason == "length" and huge.episode.error is None
     assert ok.episode.stop == "eos"
 
 

