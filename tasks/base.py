@@ -47,6 +47,9 @@ class Problem:
         environment: name of the registered environment that answers the model between its turns
             (a multi-turn episode: ``rlvr.tasks.environments``); None: one completion, scored once.
         meta: free-form extras (difficulty, source, ...); never read by the trainer.
+        suite: the loaded suite it belongs to, unique within a run (``train/<name>`` or ``eval/<name>``, set
+            by the trainer's loader: :func:`rlvr.rollout.suites.load_suite`); "" for a problem built by
+            hand. Not part of equality: the same problem in two suites compares equal.
     """
 
     id: str
@@ -56,6 +59,14 @@ class Problem:
     solution: str | None = None
     environment: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    suite: str = field(default="", compare=False)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """``(suite, id)``: names this problem stably across copies, pickling and processes (ids are
+        unique within a suite only: two suites, e.g. two ``custom`` files, may both hold ``custom/train/0``).
+        What the trainer keeps per problem (its chat template, its tools, its place in a suite) is keyed by it."""
+        return self.suite, self.id
 
 
 def hash_split(text: str) -> str:

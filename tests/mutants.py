@@ -1,5 +1,6 @@
-"""Mutation check: small deliberate bugs in the algorithms, the rollout and the recipes, each of which
-some test must catch. Nothing is written to a source file: a mutant is applied in memory, inside the
+"""Mutation check: small deliberate bugs in the algorithms, the rollout and the recipes (multi-turn
+episodes, tools, asynchronous generation, off-policy corrections, the judge and process rewards
+included), each of which some test must catch. Nothing is written to a source file: a mutant is applied in memory, inside the
 pytest process that runs its tests.
 
     python tests/mutants.py                 # every mutant: a line each, a count, exit 1 if any survived
@@ -87,6 +88,22 @@ def _preset_change(preset: str, **values) -> Callable[[], None]:
     return apply
 
 
+def _without_429() -> None:
+    """A data mutant: the http judge no longer retries HTTP 429 (its ``RETRY_STATUSES`` without it)."""
+    backends = importlib.import_module("rlvr.verifiers.judge_backends")
+    backends.RETRY_STATUSES = tuple(s for s in backends.RETRY_STATUSES if s != 429)
+
+
+EPISODES = "rlvr.rollout.episodes"
+EPISODE_TESTS = "tests/test_episodes.py::"
+OFF_POLICY = "rlvr.algorithms.off_policy"
+OFF_POLICY_TESTS = "tests/test_off_policy.py::"
+JUDGE = "rlvr.verifiers.judge"
+PROCESS = "tests/test_process_training.py::"
+CATCHERS = "tests/test_mutant_catchers.py::"
+ASYNC_CATCHER = CATCHERS + "test_async_rollouts_keep_s_steps_ahead_lag_min_s_t_minus_1_and_seed_each_step_from_the_run_seed"
+RETRIED = CATCHERS + "test_the_http_judge_retries_408_409_425_429_and_5xx_once_each_and_fails_other_statuses_at_once"
+GENERATOR = "tests/test_async_generation.py::test_the_generator_process_samples_what_the_in_process_engine_samples"
 ADV = "rlvr.algorithms.advantages"
 LOSSES = "rlvr.algorithms.losses"
 
@@ -246,6 +263,81 @@ MUTANTS: list[Mutant] = [
     Mutant("engine-copy-keeps-lora-layers", "rlvr.modeling.loading:generation_copy",
            "whole = whole.merge_and_unload()", "pass",
            tests=(SHARDED + "test_a_lora_policy_s_engine_copy_is_the_merged_base",)),
+
+    # ---- multi-turn episodes: token masks, the budget, environment messages as tokens -------------
+    Mutant("episode-env-tokens-sampled", f"{EPISODES}:EpisodeRunner._append_reply",
+           "episode.append(ids, [0.0] * len(ids), sampled=False)", "episode.append(ids, [0.0] * len(ids), sampled=True)",
+           tests=(EPISODE_TESTS + "test_each_turn_continues_from_the_exact_sampled_ids",)),
+    Mutant("episode-budget-dropped", f"{EPISODES}:_by_cap", "min(per_turn, budget - len(episode.ids))", "per_turn",
+           tests=(EPISODE_TESTS + "test_a_turn_cut_by_the_budget_ends_the_episode_with_max_tokens",)),
+    Mutant("env-text-tool-unfenced", "rlvr.rollout.env_tokens:TextMessages.render",
+           'TEXT_FORMATS.get(m.get("role", ""), TEXT_FORMATS["default"])', 'TEXT_FORMATS["default"]',
+           tests=(CATCHERS + "test_text_messages_write_a_tool_result_fenced_and_any_other_message_on_its_own_lines",)),
+    Mutant("env-template-cut-before-eos", "rlvr.rollout.env_tokens:TemplateMessages.__init__",
+           "self._before.rindex(eos_text) + len(eos_text)", "self._before.rindex(eos_text)",
+           tests=(EPISODE_TESTS + "test_a_prefix_preserving_template_appends_the_tool_turn_and_the_next_generation_prompt",)),
+    # ---- environments and tools ---------------------------------------------------------------------
+    Mutant("tools-env-calls-per-turn-uncapped", "rlvr.tasks.environments:ToolEpisode.step",
+           "parse_tool_calls(text, env.call_format)[: env.max_calls_per_turn]", "parse_tool_calls(text, env.call_format)",
+           tests=(CATCHERS + "test_a_turn_runs_at_most_max_calls_per_turn_calls_and_counts_the_failed_ones",)),
+    Mutant("tools-env-errors-uncounted", "rlvr.tasks.environments:ToolEpisode.step",
+           "out.tool_errors += int(result.failed)", "out.tool_errors += 0",
+           tests=(CATCHERS + "test_a_turn_runs_at_most_max_calls_per_turn_calls_and_counts_the_failed_ones",)),
+    Mutant("tool-arguments-unchecked", "rlvr.tasks.tools:_run_call",
+           "if (wrong := check_arguments(target, call.arguments)) is not None:",
+           "if (wrong := check_arguments(target, call.arguments)) is not None and False:",
+           tests=(CATCHERS + "test_an_ill_typed_argument_is_an_observation_and_the_tool_never_runs",)),
+    Mutant("tool-bool-passes-as-int", "rlvr.tasks.tools:_mismatch",
+           "return None if isinstance(value, int) and not isinstance(value, bool) else _TYPE_WORDS[int]",
+           "return None if isinstance(value, int) else _TYPE_WORDS[int]",
+           tests=("tests/test_tools.py::test_arguments_are_checked_against_the_type_hints",)),
+    # ---- asynchronous generation: the steps in flight, the generator process ------------------------
+    Mutant("async-one-step-too-far-ahead", "rlvr.rollout.async_rollout:AsyncRollouts.take",
+           "min(step + self.max_staleness, last_step)", "min(step + self.max_staleness + 1, last_step)",
+           tests=(ASYNC_CATCHER,)),
+    Mutant("async-seeded-by-submitting-step", "rlvr.rollout.async_rollout:AsyncRollouts._submit",
+           "_step_seed(self.seed, step)", "_step_seed(self.seed, now)", tests=(ASYNC_CATCHER,)),
+    Mutant("generator-rng-not-handed-back", "rlvr.engines.process:ProcessEngine.generate",
+           'self.set_rng_state(info["rng"])', "pass", tests=(GENERATOR,)),
+    Mutant("generator-publications-not-counted", "rlvr.engines.process:ProcessEngine.update_weights",
+           "self.publications += 1", "pass", tests=(GENERATOR,)),
+    # ---- off-policy corrections --------------------------------------------------------------------
+    Mutant("off-policy-tis-cap-removed", f"{OFF_POLICY}:token_tis", ".exp().clamp(max=cap)", ".exp()",
+           tests=(OFF_POLICY_TESTS + "test_token_tis_truncates_each_ratio_at_the_cap",)),
+    Mutant("off-policy-seq-mask-one-sided", f"{OFF_POLICY}:sequence_mask", "mean_log.abs() <= bound", "mean_log <= bound",
+           tests=(OFF_POLICY_TESTS + "test_sequence_mask_bounds_the_ratio_on_both_sides",)),
+    Mutant("off-policy-decoupled-truncates", f"{OFF_POLICY}:decoupled", "return weights * keep, keep",
+           "return weights.clamp(max=cap), torch.ones_like(keep)",
+           tests=(OFF_POLICY_TESTS + "test_decoupled_weights_by_the_ratio_and_masks_tokens_beyond_the_cap",)),
+    # ---- the judge: verdicts, rubric weights, retried statuses --------------------------------------
+    Mutant("judge-first-verdict-line", f"{JUDGE}:_last_line_match", "for line in reversed(text.splitlines()):",
+           "for line in text.splitlines():", tests=("tests/test_judge_hostile.py::test_only_a_verdict_line_is_a_verdict",)),
+    Mutant("judge-score-scale-offset", f"{JUDGE}:read_score", "return (value - lo) / (hi - lo), said",
+           "return value / hi, said", tests=("tests/test_judge.py::test_logprob_and_score_verdicts",)),
+    Mutant("judge-rubric-weights-ignored", f"{JUDGE}:JudgeVerifier._reward",
+           'weights = {c: self.rubric[c]["weight"] for c in scores}', "weights = {c: 1.0 for c in scores}",
+           tests=("tests/test_judge.py::test_a_rubric_is_the_weighted_mean_of_its_criteria",)),
+    Mutant("judge-429-not-retried", "rlvr.verifiers.judge_backends:RETRY_STATUSES", tests=(RETRIED,),
+           apply=_without_429),
+    Mutant("judge-retry-after-ignored", "rlvr.verifiers.judge_backends:HTTPJudge._call", "wait = asked", "pass",
+           tests=("tests/test_judge_hostile.py::"
+                  "test_retry_after_is_honoured_up_to_max_retry_after_s_and_a_longer_ask_fails_at_once",)),
+    # ---- process rewards: where a step ends, the PRM's reading, the shaping -------------------------
+    Mutant("final-step-end-off-by-one", "rlvr.algorithms.process_rewards:step_end_indices",
+           "ends.append(len(token_texts) - 1)", "ends.append(len(token_texts) - 2)",
+           tests=("tests/test_process_rewards.py::test_step_end_indices",)),
+    Mutant("potential-last-term-zeroed", "rlvr.algorithms.process_rewards:potential_step_rewards",
+           "+ [-previous[-1]]", "+ [0.0]", tests=(PROCESS + "test_step_reward_forms_by_hand",)),
+    Mutant("prm-step-end-off-by-one", "rlvr.modeling.prm:step_logits", "cols.append(len(prompt) + end)",
+           "cols.append(len(prompt) + end - 1)",
+           tests=("tests/test_train_prm.py::test_one_score_per_step_read_at_its_last_token",)),
+    Mutant("prm-reads-the-bad-label", "rlvr.modeling.prm:step_probabilities", "torch.softmax(logits, dim=-1)[:, 1]",
+           "torch.softmax(logits, dim=-1)[:, 0]", tests=("tests/test_train_prm.py::test_probabilities_and_loss_by_hand",)),
+    Mutant("process-step-reward-coef-dropped", "rlvr.rollout.process_scoring:step_rewards",
+           "config.coef * r for r in", "r for r in",
+           tests=(PROCESS + "test_step_rewards_land_on_each_steps_last_token_in_the_batch",)),
+    Mutant("process-wrong-step-frac-inverted", "rlvr.rollout.process_scoring:step_metrics",
+           "sum(p < 0.5 for p in flat)", "sum(p >= 0.5 for p in flat)", tests=(PROCESS + "test_step_metrics_by_hand",)),
 ]
 
 BY_NAME = {m.name: m for m in MUTANTS}
@@ -361,7 +453,7 @@ def _pytest(tests: list[str], mutant: str | None, timeout: float) -> tuple[int, 
 
 def _failed_test(output: str) -> str:
     """The first failing test of pytest's short summary, with the start of its reason."""
-    found = re.search(r"^(?:FAILED|ERROR) (\S+)(?: - (.*))?$", output, re.MULTILINE)
+    found = re.search(r"^(?:FAILED|ERROR) (.+?)(?: - (.*))?$", output, re.MULTILINE)  # ids may hold spaces
     if not found:
         return "?"
     reason = (found.group(2) or "").strip()

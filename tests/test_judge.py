@@ -198,22 +198,50 @@ def test_the_http_backend_alone_sends_requests_and_parses_replies():
 
 
 @pytest.mark.slow
-def test_a_local_judge_model_scores_in_batches(tiny_model, tmp_path):
-    """The ``local`` backend (an entry point of the rlvr distribution) runs a model folder in this process;
-    the tiny char-level model answers no verdict, so every sample abstains: masked, never 0. (Its context
-    is 256 characters: a short template fits; the default one would be over it, an error per sample:
+def test_a_local_judge_model_scores_in_batches(taught_model, tmp_path):
+    """The ``local`` backend (an entry point of the rlvr distribution) runs a model folder in this process, in
+    left-padded batches. The judge is the taught tiny model (SFT on 1-digit sums, one token a character):
+    shown "a+b=" it writes a digit d, so with verdict score on scale [0, 9] and one token the sample is worth
+    d / 9. Each expected value is computed here from an unbatched, unpadded forward pass of the same model
+    (its greedy first token, and the log-softmax's top 5), so a batching, padding or reading error shows.
+    (Its context is 256 characters: a short template fits; the default one is over it, an error per sample:
     tests/test_judge_hostile.py.)"""
+    import torch
+    from transformers import AutoModelForCausalLM
+
     from rlvr.modeling.judge_model import LocalJudge
+    from rlvr.modeling.loading import load_tokenizer
     from rlvr.verifiers.judge_backends import get_judge_backend
 
-    backend = get_judge_backend("local", model=str(tiny_model), batch_size=2)
+    responses = ["3+4=", "0+0=", "12+3=", "3+4="]  # two lengths: a batch of 2 is left-padded; a repeat
+    tokenizer = load_tokenizer(taught_model)
+    lm = AutoModelForCausalLM.from_pretrained(str(taught_model)).eval()
+    digits, tops = [], []
+    for response in responses:
+        prompt = [tokenizer.bos_token_id] + tokenizer(response, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logp = torch.log_softmax(lm(input_ids=torch.tensor([prompt])).logits[0, -1].float(), dim=-1)
+        values, indices = logp.topk(5)
+        digits.append(tokenizer.decode([int(indices[0])]))
+        tops.append({tokenizer.decode([i]): v for v, i in zip(values.tolist(), indices.tolist())})
+    assert all(d.isdigit() for d in digits)  # the taught model answers a sum with a digit (right or not)
+
+    backend = get_judge_backend("local", model=str(taught_model), batch_size=2)
     assert isinstance(backend, LocalJudge)
-    replies = backend.complete([JudgeRequest((("user", "3+4=7?"),), max_tokens=4, top_logprobs=5)] * 3)
-    assert len(replies) == 3 and all(len(r.top_logprobs) >= 1 for r in replies) and replies[0].text == replies[2].text
-    options = {"model": str(tiny_model), "backend": "local", "verdict": "logprob", "cache_path": str(tmp_path / "c.sqlite"),
-               "template": "{question} {response} yes or no?", "system": ""}
-    rewards = _score(options, ["7", "8"])
-    assert {r.status for r in rewards} <= {"ok", "abstain"} and all(0 <= r.score <= 1 for r in rewards)
+    requests = [JudgeRequest((("user", r),), max_tokens=1, top_logprobs=5) for r in responses]
+    assert backend.render(requests[0]) == [tokenizer.bos_token_id] + tokenizer("3+4=", add_special_tokens=False)["input_ids"]
+    replies = backend.complete(requests)
+    assert [r.text for r in replies] == digits
+    for reply, top in zip(replies, tops):
+        assert reply.top_logprobs.keys() == top.keys()
+        assert [reply.top_logprobs[k] for k in top] == pytest.approx(list(top.values()), abs=1e-4)
+
+    options = {"model": str(taught_model), "backend": "local", "verdict": "score", "scale": [0, 9], "max_tokens": 1,
+               "template": "{response}", "system": "", "cache": False, "backend_options": {"batch_size": 2}}
+    rewards = _score(options, responses)
+    assert [r.status for r in rewards] == ["ok"] * 4
+    assert [r.score for r in rewards] == pytest.approx([int(d) / 9 for d in digits])
+    assert [r.info["extracted"] for r in rewards] == digits
 
 
 @pytest.mark.slow

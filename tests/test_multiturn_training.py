@@ -79,8 +79,8 @@ def _loss_and_grads(model, batch, settings):
 def test_environment_tokens_change_neither_the_loss_nor_any_gradient(tiny_model):
     model, tokenizer = load_policy(tiny_model), load_tokenizer(tiny_model)
     config = build_config(RunConfig, {"model": {"path": str(tiny_model)}}, [
-        "algorithm.beta=0.1", "algorithm.entropy_coef=0.01", "algorithm.ppo_epochs=2", "algorithm.tis_cap=2.0",
-        "algorithm.loss_agg=token_mean"])
+        "algorithm.beta=0.1", "algorithm.entropy_coef=0.01", "algorithm.ppo_epochs=2", "algorithm.off_policy=token_tis",
+        "algorithm.off_policy_cap=2.0", "algorithm.loss_agg=token_mean"])
     settings = UpdateSettings.from_config(config)
     reference = _episode_batch(tokenizer, tail="\nxyz\n", env_logp=0.0)
     loss, grads = _loss_and_grads(model, reference, settings)

@@ -37,6 +37,14 @@ def test_sequence_mask_drops_whole_sequences_by_their_geometric_mean_ratio():
     assert keep.tolist() == [[1.0, 1.0]]
 
 
+def test_sequence_mask_bounds_the_ratio_on_both_sides():
+    # geometric means 0.25 (< 1/cap = 0.5: the behaviour policy liked these tokens far more; dropped),
+    # 0.5 (= 1/cap: kept) and 1 (kept)
+    prox, behav = _t([0.1, 0.1], [0.25, 0.25], [0.3, 0.3]), _t([0.4, 0.4], [0.5, 0.5], [0.3, 0.3])
+    _, keep = sequence_mask(prox, behav, torch.ones(3, 2), cap=2.0)
+    assert keep.tolist() == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]
+
+
 def test_decoupled_weights_by_the_ratio_and_masks_tokens_beyond_the_cap():
     # rho = [2, 0.5, 6]: the third is beyond cap 5, masked (not truncated to 5)
     weights, keep = decoupled(_t([0.5, 0.2, 0.6]), _t([0.25, 0.4, 0.1]), torch.ones(1, 3), cap=5.0)

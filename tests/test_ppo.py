@@ -143,7 +143,7 @@ def test_critic_targets_follow_the_truncation_rule(taught_model, tmp_path, trunc
     truncated[0] = True
     ppo.critic_targets(batch, scores, truncated, policy=policy, critic=_ConstantCritic(),
                        reference=Reference(policy, needed=False, path=taught_model), beta=0.0,
-                       s=UpdateSettings.from_config(config))
+                       settings=UpdateSettings.from_config(config))
     mask = batch.response_mask.bool()
     # lambda = gamma = 1: the return at every real token is what the row earns at its end
     end = {"none": 1.0, "zero": 0.0, "bootstrap": 2.0}[truncation]
@@ -163,7 +163,7 @@ def test_kl_in_the_reward_uses_the_trainers_logprobs_and_is_whitened_over_real_t
     reference = Reference(policy, needed=True, path=taught_model)  # the same weights: KL exactly 0
     seq_kl = ppo.critic_targets(batch, torch.arange(len(batch)).float(), torch.zeros(len(batch), dtype=torch.bool),
                                 policy=policy, critic=_ConstantCritic(), reference=reference, beta=0.05,
-                                s=UpdateSettings.from_config(config))
+                                settings=UpdateSettings.from_config(config))
     assert seq_kl.abs().max() < 1e-6
     real = batch.response_mask.bool()
     assert abs(float(batch.advantages[real].mean())) < 1e-5 and float(batch.advantages[real].std()) == pytest.approx(1, abs=1e-4)

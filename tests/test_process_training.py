@@ -12,7 +12,8 @@ from rlvr.algorithms.critic import token_rewards
 from rlvr.engines.base import Completion
 from rlvr.rollout.batch import collate
 from rlvr.rollout.groups import Group
-from rlvr.rollout.process_scoring import ProcessRewardScorer, StepScores, step_metrics, step_reward_tensor
+from rlvr.rollout.process_scoring import (ProcessRewardScorer, StepScores, step_metrics, step_reward_tensor,
+                                          step_rewards)
 from rlvr.tasks.base import Problem
 from rlvr.verifiers.base import Reward
 
@@ -55,10 +56,11 @@ def test_step_rewards_land_on_each_steps_last_token_in_the_batch():
               _group([8], [[9, 9, 9, sep, 9, eos]], [1])]
     ends = [[2, 5], [1, 3], [3, 5]]
     scores = [[0.9, 0.2], [0.5, 0.8], [0.25, 0.75]]
+    shifted = _Config(coef=2.0, step_reward="shifted", baseline=1.0)
     for g, rows in ((groups[0], (0, 1)), (groups[1], (2,))):
-        g.steps = [StepScores(ends[i], scores[i]) for i in rows]
+        g.steps = [StepScores(ends[i], scores[i], step_rewards(scores[i], shifted)) for i in rows]
     batch = collate(groups, pad_id=0)
-    steps = step_reward_tensor(groups, batch.completion_len, _Config(coef=2.0, step_reward="shifted", baseline=1.0))
+    steps = step_reward_tensor(groups, batch.completion_len)
     assert steps.shape == batch.response_mask.shape == (3, 6)
     response = batch.input_ids[:, -batch.completion_len:]  # [N, T] the completion tokens, as GAE sees them
     for i in range(3):
@@ -111,11 +113,13 @@ def test_step_reward_forms_by_hand():
 
 def test_the_step_reward_form_lands_on_the_step_ends():
     groups = [_group([5], [[1, 10, 3, 10, 4, 2]], [1])]
-    groups[0].steps = [StepScores([1, 3, 5], [0.9, 0.2, 0.6])]
+    scores = [0.9, 0.2, 0.6]
+    groups[0].steps = [StepScores([1, 3, 5], scores, step_rewards(scores, _Config(coef=2.0, step_reward="delta")))]
     batch = collate(groups, pad_id=0)
-    delta = step_reward_tensor(groups, batch.completion_len, _Config(coef=2.0, step_reward="delta"))
+    delta = step_reward_tensor(groups, batch.completion_len)
     assert delta[0].tolist() == pytest.approx([0.0, 0.8, 0.0, -1.4, 0.0, 0.8])
-    potential = step_reward_tensor(groups, batch.completion_len, _Config(coef=2.0, step_reward="potential"))
+    groups[0].steps = [StepScores([1, 3, 5], scores, step_rewards(scores, _Config(coef=2.0, step_reward="potential")))]
+    potential = step_reward_tensor(groups, batch.completion_len)
     assert potential[0].tolist() == pytest.approx([0.0, 0.8, 0.0, -1.4, 0.0, -0.4])
 
 
@@ -239,3 +243,36 @@ def test_reinforce_pp_trains_on_token_returns_with_step_rewards(tiny_model, untr
     assert main(["train", str(cfg)]) == 0
     assert len(seen) == 2 and all(a.dim() == 2 for a in seen)  # [N, T]: a return per token
     assert any((row[row != 0].unique().numel() > 1) for a in seen for row in a)  # tokens of one sample differ
+
+
+def test_the_prm_scorer_returns_its_rewards_gold_and_step_rewards(tiny_model, untrained_prm):
+    """Through the Scorer protocol, on a real (untrained) PRM: token level keeps the verifier's rewards and adds
+    each step's reward; aggregate replaces the rewards and returns the verifier's as the gold. ``score``
+    leaves the groups as they are; ``apply`` writes the result."""
+    from rlvr.modeling.loading import load_tokenizer
+    from rlvr.rollout.scoring import Scorer
+
+    tokenizer = load_tokenizer(tiny_model)
+    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in ("1+1=2\n2+2=4", "3\n", "x")]
+    groups = [_group([5, 6], ids[:2], [1.0, 0.0]), _group([7], ids[2:], [1.0])]
+    config = _Config(path=str(untrained_prm), coef=2.0)
+    token = ProcessRewardScorer(config, token_level=True, device="cpu", dtype="float32", tokenizer=tokenizer)
+    assert isinstance(token, Scorer) and token.token_level and token.state_dict() == {}
+    result = token.score(groups)
+    assert result.gold is None and [[r.score for r in row] for row in result.rewards] == [[1.0, 0.0], [1.0]]
+    flat = [s for row in result.steps for s in row]
+    assert [s.ends for s in flat] == [[5, 10], [1], [0]]  # "\n" ends a step, and so does the last token
+    for s in flat:
+        assert s.rewards == pytest.approx(step_rewards(s.scores, config)) and len(s.scores) == len(s.ends)
+    assert all(g.steps is None and g.gold is None for g in groups)  # score() only returns
+    assert token.metrics()["prm/steps"] == pytest.approx(4 / 3)  # 4 steps over 3 completions
+
+    aggregate = ProcessRewardScorer(config, token_level=False, device="cpu", dtype="float32")
+    result = aggregate.score(groups)
+    assert result.steps is None and [[r.score for r in row] for row in result.gold] == [[1.0, 0.0], [1.0]]
+    result.apply(groups)
+    assert groups[0].gold == result.gold[0] and groups[0].steps is None and groups[0].verdicts is groups[0].gold
+    for group, row in zip(groups, ([0, 1], [2])):
+        for reward, k in zip(group.rewards, row):  # outcome + coef * min(step scores)
+            expected = reward.components["outcome"] + 2.0 * min(flat[k].scores)
+            assert reward.score == pytest.approx(expected, abs=1e-6)

@@ -2,8 +2,10 @@
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -53,10 +55,19 @@ def test_the_tool_quickstart_s_eval_command_plays_the_same_episodes(tmp_path):
     assert args.max_new_tokens == config.generation.max_new_tokens
 
 
-@pytest.mark.slow
-def test_quickstart_improves_held_out_accuracy(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "rlvr.cli", "quickstart", "--out", str(tmp_path), "--no-progress"],
+@pytest.fixture(scope="module")
+def quickstart_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`rlvr quickstart` as the README runs it: its folder (whose SFT stage the PPO test starts from too) and
+    the finished process."""
+    out = tmp_path_factory.mktemp("quickstart") / "run"
+    result = subprocess.run([sys.executable, "-m", "rlvr.cli", "quickstart", "--out", str(out), "--no-progress"],
                             capture_output=True, text=True, timeout=1800)
+    return out, result
+
+
+@pytest.mark.slow
+def test_quickstart_improves_held_out_accuracy(quickstart_run):
+    tmp_path, result = quickstart_run
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["eval_problems"] >= 200 and summary["steps"] == load_packaged("quickstart.yaml")["train"]["steps"]
@@ -76,11 +87,20 @@ def test_quickstart_improves_held_out_accuracy(tmp_path):
 
 
 @pytest.mark.slow
-def test_quickstart_with_ppo_learns_with_a_critic(tmp_path):
-    """`rlvr quickstart --algorithm ppo`, shortened to 150 RL steps (the full run: docs/ppo.md)."""
-    result = subprocess.run([sys.executable, "-m", "rlvr.cli", "quickstart", "--algorithm", "ppo", "--steps", "150",
-                             "--out", str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=1800)
+def test_quickstart_with_ppo_learns_with_a_critic(quickstart_run, tmp_path):
+    """`rlvr quickstart --algorithm ppo`, shortened to 150 RL steps (the full run: docs/ppo.md). Its tiny
+    model and SFT stage are the GRPO quickstart's (same seed, same stages: they are identical), taken over
+    through the quickstart's own --resume, which keeps finished stages: only the PPO stage runs."""
+    grpo_run, first = quickstart_run
+    assert first.returncode == 0, first.stderr[-3000:]
+    for stage in ("base_model", "sft"):
+        shutil.copytree(grpo_run / stage, tmp_path / stage)
+    settings = {**json.loads((grpo_run / "quickstart.json").read_text()), "algorithm": "ppo", "steps": 150}
+    (tmp_path / "quickstart.json").write_text(json.dumps(settings))
+    result = subprocess.run([sys.executable, "-m", "rlvr.cli", "quickstart", "--resume", str(tmp_path), "--no-progress"],
+                            capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "SFT stopped after" in result.stdout  # the kept stage's summary, read back
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["algorithm"] == "ppo" and summary["steps"] == 150 and "ppo_wall_s" in summary
     # Seed 0 gained +0.19 at step 100 of the full run and +0.144 at 150 in a CI run whose threads: auto

@@ -111,7 +111,9 @@ def test_an_ensemble_combines_normalised_members_and_logs_each(rm_folder, score_
     raw = torch.stack([RewardModel(rm_folder).score(*ids), RewardModel(score_rm_folder).score(*ids)])  # [2, 2]
     z = raw / 2.0
     expected = (z.mean(0) - 0.5 * z.std(0, unbiased=False)).clamp(-0.3, 0.3)
-    scorer.score_groups(groups, runner=None)
+    result = scorer.score(groups)
+    assert groups[0].gold is None and result.steps is None and not scorer.token_level  # score() only returns
+    result.apply(groups)
     got = [r.score for r in groups[0].rewards]
     assert got == pytest.approx(expected.tolist(), abs=1e-5)
     first, second = groups[0].rewards
@@ -183,8 +185,8 @@ class _Runner:
 def test_gate_and_add_through_the_scorer(rm_folder):
     groups = _groups([[1.0, 0.0]])
     gated = RewardScorer(_rm(str(rm_folder), combine="gate", verifier={"name": "format"}, gate_fail_score=-5.0),
-                         device="cpu", dtype="float32")
-    gated.score_groups(groups, _Runner({"0": 1.0, "1": 0.0}))
+                         device="cpu", dtype="float32", runner=_Runner({"0": 1.0, "1": 0.0}))
+    gated.score(groups).apply(groups)
     proxy = [r.components["proxy"] for r in groups[0].rewards]
     assert [r.score for r in groups[0].rewards] == [pytest.approx(proxy[0]), -5.0]
     assert groups[0].rewards[1].components["format"] == 0.0
@@ -192,8 +194,8 @@ def test_gate_and_add_through_the_scorer(rm_folder):
     groups = _groups([[1.0, 0.0]])
     runner = _Runner({"0": -0.25, "1": 0.0})
     added = RewardScorer(_rm(str(rm_folder), combine="add", verifier={"name": "length", "options": {}}),
-                         device="cpu", dtype="float32")
-    added.score_groups(groups, runner)
+                         device="cpu", dtype="float32", runner=runner)
+    added.score(groups).apply(groups)
     assert runner.calls == [("length", {})]
     assert groups[0].rewards[0].score == pytest.approx(groups[0].rewards[0].components["proxy"] - 0.25)
 

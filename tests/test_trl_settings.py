@@ -80,8 +80,9 @@ def test_each_suite_encodes_with_its_own_template(tokenizer):
     from rlvr.rollout.suites import PromptEncoder, load_suite
 
     options = {"style": "bare", "max_digits": 1, "n": 3}
-    templated = load_suite("arithmetic", path=None, split="test", options=options, limit=None)
-    raw = load_suite("arithmetic", path=None, split="test", options=options, limit=None, chat_template="none")
+    templated = load_suite("arithmetic", path=None, split="test", options=options, limit=None, suite="train/a")
+    raw = load_suite("arithmetic", path=None, split="test", options=options, limit=None, chat_template="none",
+                     suite="eval/b")
     encode = PromptEncoder.for_suites(tokenizer, {"a": templated}, {"b": raw})
     text = templated[0].prompt[-1]["content"]
     assert encode(templated[0]) == [tokenizer.bos_token_id] + tokenizer(text)["input_ids"]  # the tiny template: BOS + text

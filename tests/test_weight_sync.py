@@ -122,7 +122,7 @@ def test_the_vllm_engine_without_vllm_gives_the_install_hint(monkeypatch):
 def test_truncated_importance_weights_by_hand():
     old = torch.tensor([[-1.0, -2.0, -0.5]])
     engine = torch.tensor([[-1.0, -2.5, 0.5]])
-    weights, _ = token_tis(old, engine, torch.ones(1, 3), cap=1.5)  # algorithm.tis_cap
+    weights, _ = token_tis(old, engine, torch.ones(1, 3), cap=1.5)  # algorithm.off_policy: token_tis
     assert torch.allclose(weights, torch.tensor([[1.0, 1.5, torch.exp(torch.tensor(-1.0)).item()]]))
     logp = torch.zeros(1, 3, requires_grad=True)  # ratio 1 everywhere: per-token loss = -A
     loss, _ = policy_loss(logp, logp.detach(), torch.tensor([2.0]), torch.ones(1, 3), agg="token_mean",

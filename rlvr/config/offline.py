@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from rlvr.config.sections import (CheckpointConfig, EnvironmentConfig, FieldError, LogConfig, ModelConfig, OptimConfig,
-                                  ProcessConfig, Section, check_chat_template, plugin_options, registered)
+                                  ProcessConfig, RecipeConfig, Section, check_chat_template, plugin_options, registered)
 
 
 class SFTDataConfig(Section):
@@ -59,7 +59,7 @@ class SFTEvalConfig(Section):
     stop_at_accuracy: Optional[float] = Field(None, gt=0, le=1, description="stop as soon as held-out accuracy reaches this")
 
 
-class SFTConfig(Section):
+class SFTConfig(RecipeConfig):
     """Supervised fine-tuning on gold completions (``rlvr sft``), loss on completion tokens only."""
 
     out: Optional[str] = Field(None, description="run folder; null = a new runs/sft-<timestamp> (a folder that "
@@ -154,7 +154,7 @@ class RewardModelEvalConfig(Section):
     batch_size: int = Field(64, ge=1, description="pairs scored together")
 
 
-class RewardModelConfig(Section):
+class RewardModelConfig(RecipeConfig):
     """A Bradley-Terry reward model on preference pairs (``rlvr train-rm``)."""
 
     out: Optional[str] = Field(None, description="run folder; null = a new runs/rm-<timestamp> (a folder that already "
@@ -209,7 +209,7 @@ class DPOEvalConfig(Section):
         return self
 
 
-class DPOConfig(Section):
+class DPOConfig(RecipeConfig):
     """Offline direct preference optimisation on preference pairs (``rlvr dpo``)."""
 
     out: Optional[str] = Field(None, description="run folder; null = a new runs/dpo-<timestamp> (a folder that already "
@@ -271,7 +271,7 @@ class PRMEvalConfig(Section):
     threshold: float = Field(0.5, gt=0, lt=1, description="a step is predicted good when p(good) >= this")
 
 
-class PRMConfig(Section):
+class PRMConfig(RecipeConfig):
     """A process reward model on step-labelled completions (``rlvr train-prm``): a token classifier read at
     the last token of each step, trained with cross-entropy on the step labels there."""
 
@@ -295,6 +295,4 @@ class PRMConfig(Section):
         if not self.data.path:
             raise ValueError("data.path: set it to a JSONL file of {prompt, completions, labels} lines (step-labelled "
                              "completions, e.g. written by rlvr.tasks.chain_arithmetic.write_prm_data)")
-        if self.train.strategy == "fsdp2":
-            raise ValueError("train.strategy: fsdp2 is not supported by train-prm; use ddp")
         return self

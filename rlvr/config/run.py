@@ -22,8 +22,10 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from rlvr.config.loading import ConfigError
-from rlvr.config.sections import (CheckpointConfig, EnvironmentConfig, LogConfig, ModelConfig, OptimConfig,
-                                  ProcessConfig, Section, TaskConfig, VerifierConfig, plugin_options, registered)
+from rlvr.config.compatibility import CRITIC_PRESETS  # noqa: F401  (re-exported as rlvr.config.CRITIC_PRESETS)
+from rlvr.config.sections import (CheckpointConfig, EnvironmentConfig, FieldError, LogConfig, ModelConfig, OptimConfig,
+                                  ProcessConfig, RecipeConfig, Section, TaskConfig, VerifierConfig, plugin_options,
+                                  registered)
 
 class EngineConfig(Section):
     name: str = Field("hf", description="generation engine, from the engine registry (built-in: hf, vllm; plugins "
@@ -80,10 +82,6 @@ class AlgorithmConfig(Section):
         description="source of pi_old when a batch is used more than once: the engine's sampling log-probs, "
         "or a recomputing pass; auto = engine for the hf engine in float32, else recompute",
     )
-    tis_cap: Optional[float] = Field(
-        None, gt=0, description="truncated importance sampling: weight each token's loss by min(pi_old/pi_engine, cap), "
-        "pi_engine being the engine's sampling probability (corrects trainer-inference mismatch); off when unset. "
-        "Short for off_policy: token_tis with off_policy_cap: CAP")
     off_policy: str = Field(
         "none", description="off-policy correction between the engine's sampling policy and pi_old "
         "(rlvr/algorithms/off_policy.py): none, token_tis (weights min(rho, cap)), seq_mask (drop sequences whose "
@@ -120,6 +118,15 @@ class AlgorithmConfig(Section):
     early_stop_kl: Optional[float] = Field(None, gt=0, description="[critic presets] stop a step's remaining epochs when "
                                            "the approx KL to the rollout policy exceeds this (null = never)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _tis_cap_removed(cls, raw: Any) -> Any:
+        """``tis_cap: C`` was a second spelling of ``off_policy: token_tis`` with ``off_policy_cap: C``."""
+        if isinstance(raw, dict) and "tis_cap" in raw:
+            raise FieldError("tis_cap", f"removed; write algorithm.off_policy: token_tis and algorithm.off_policy_cap: "
+                             f"{raw['tis_cap'] if raw['tis_cap'] is not None else 'C'} instead")
+        return raw
+
     _known_advantage = field_validator("advantage")(
         lambda cls, v: v if v == "gae" else registered("rlvr.algorithms.advantages:ADVANTAGE_ESTIMATORS", v))
     _known_policy_loss = field_validator("policy_loss")(lambda cls, v: registered("rlvr.algorithms.losses:POLICY_LOSSES", v))
@@ -143,8 +150,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                                kl_estimator="k1", kl_placement="reward", ppo_epochs=1, minibatches=1, lam=1.0,
                                value_clip=None),
 }
-#: Presets whose advantages come from a learned critic (the ``rlvr/recipes/ppo.py`` recipe).
-CRITIC_PRESETS = ("ppo", "reinforce_baseline")
+#: Presets whose advantages come from a learned critic (the ``rlvr/recipes/ppo.py`` recipe): CRITIC_PRESETS,
+#: imported from rlvr.config.compatibility, whose table refuses what they do not combine with.
 #: Algorithm keys that only a critic preset reads.
 CRITIC_ALGORITHM_KEYS = ("gamma", "lam", "whiten_advantages", "truncation", "value_clip", "value_coef", "target_kl",
                          "kl_horizon", "early_stop_kl")
@@ -332,7 +339,7 @@ class ProcessRewardRunConfig(Section):
         lambda cls, v: registered("rlvr.algorithms.process_rewards:STEP_REWARDS", v))
 
 
-class RunConfig(Section):
+class RunConfig(RecipeConfig):
     """The RL recipes of ``rlvr train``: critic-free (grpo.py) or actor-critic (ppo.py), by preset."""
 
     out: Optional[str] = Field(None, description="run folder; null = a new runs/<preset>-<timestamp>. A folder that "
@@ -359,69 +366,25 @@ class RunConfig(Section):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
 
     @model_validator(mode="after")
-    def _check_combinations(self) -> "RunConfig":
-        a, t = self.algorithm, self.train
+    def _check_values(self) -> "RunConfig":
+        """Values that are impossible on their own or against a size; which features combine is the table
+        of rlvr/config/compatibility.py, checked by RecipeConfig."""
+        algorithm, train = self.algorithm, self.train
         if not self.data:
             raise ValueError("data: at least one training suite is needed")
-        if a.advantage in ("grpo", "dr_grpo", "rloo") and t.group_size < 2:
-            raise ValueError(f"train.group_size: advantage {a.advantage!r} compares samples within a group, so it needs group_size >= 2")
-        if a.dynamic_sampling and t.group_size < 2:
+        if algorithm.advantage in ("grpo", "dr_grpo", "rloo") and train.group_size < 2:
+            raise ValueError(f"train.group_size: advantage {algorithm.advantage!r} compares samples within a group, "
+                             "so it needs group_size >= 2")
+        if algorithm.dynamic_sampling and train.group_size < 2:
             raise ValueError("algorithm.dynamic_sampling needs train.group_size >= 2")
-        if a.minibatches > t.prompts_per_step:
-            raise ValueError(f"algorithm.minibatches ({a.minibatches}) cannot exceed train.prompts_per_step ({t.prompts_per_step})")
-        if a.tis_cap is not None and a.off_policy not in ("none", "token_tis"):
-            raise ValueError(f"algorithm.tis_cap is short for off_policy: token_tis, and off_policy is {a.off_policy!r}; "
-                             "set off_policy_cap instead")
-        if a.overlong == "soft" and a.overlong_buffer >= self.generation.max_new_tokens:
+        if algorithm.minibatches > train.prompts_per_step:
+            raise ValueError(f"algorithm.minibatches ({algorithm.minibatches}) cannot exceed train.prompts_per_step "
+                             f"({train.prompts_per_step})")
+        if algorithm.overlong == "soft" and algorithm.overlong_buffer >= self.generation.max_new_tokens:
             raise ValueError("algorithm.overlong_buffer must be smaller than generation.max_new_tokens")
         if not self.model.path:
             raise ValueError("model.path: set it to a local Hugging Face model folder")
-        if a.guidance != "none" and (a.preset in CRITIC_PRESETS or self.reward_model is not None):
-            raise ValueError("algorithm.guidance: a gold solution is judged by the verifier and enters a group's "
-                             "baseline, so it needs a critic-free preset and the verifier's reward "
-                             f"(algorithm.preset is {a.preset!r}, reward_model is "
-                             f"{'set' if self.reward_model is not None else 'null'}); remove the key")
-        self._check_async()
-        self._check_process_reward()
-        if self.environment.name is not None and self.reward_model is not None:
-            raise ValueError("environment.name: a learned reward model scores single completions, not multi-turn "
-                             "episodes; remove reward_model or environment.name")
-        self._check_critic_options()
         return self
-
-    def _check_process_reward(self) -> None:
-        """What a process reward model does not combine with, refused by name."""
-        prm = self.process_reward
-        if prm is None:
-            return
-        critic = self.algorithm.preset in CRITIC_PRESETS
-        others = {"reward_model": self.reward_model is not None, "environment.name": self.environment.name is not None,
-                  "async_generation.max_staleness": self.async_generation.max_staleness is not None,
-                  "algorithm.guidance": self.algorithm.guidance != "none"}
-        for key, bad in others.items():
-            if bad:
-                raise ValueError(f"process_reward: a process reward model is not combined with {key} (set here) yet; "
-                                 "remove one of the two")
-        if prm.use == "token" and not (critic or self.algorithm.advantage == "reinforce_pp"):
-            raise ValueError(f"process_reward.use: token rewards need an estimator that takes them (a critic preset "
-                             f"such as ppo, or advantage reinforce_pp), and algorithm.advantage is "
-                             f"{self.algorithm.advantage!r}, which takes one score per sample; use aggregate (or auto)")
-
-    def _check_async(self) -> None:
-        """What asynchronous generation does not take yet, refused by name."""
-        staleness = self.async_generation.max_staleness
-        if staleness is None:
-            return
-        unsupported = {"engine.name": self.engine.name != "hf", "reward_model": self.reward_model is not None,
-                       "algorithm.dynamic_sampling": self.algorithm.dynamic_sampling,
-                       "train.strategy": self.train.strategy != "ddp"}
-        for key, bad in unsupported.items():
-            if bad:
-                raise ValueError(f"async_generation.max_staleness: asynchronous generation runs the HF engine in one "
-                                 f"process, without {key} (set here); remove one of the two")
-        if staleness > 0 and self.algorithm.old_logprobs == "engine":
-            raise ValueError("algorithm.old_logprobs: with async_generation.max_staleness > 0 the engine's log-probs "
-                             "are those of an older policy, not pi_old; use recompute (or auto)")
 
     @classmethod
     def fill_defaults(cls, raw: dict) -> dict:
@@ -435,32 +398,3 @@ class RunConfig(Section):
         if name not in PRESETS:
             raise ConfigError(f"algorithm.preset: unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
         return {**raw, "algorithm": {**PRESETS[name], **algorithm}}
-
-    def _check_critic_options(self) -> None:
-        """Critic options only with a critic preset, group-baseline options only without one."""
-        a = self.algorithm
-        if a.preset in CRITIC_PRESETS:
-            if a.advantage != "gae":
-                raise ValueError(f"algorithm.advantage: the {a.preset} preset's advantages come from its critic (gae), "
-                                 f"not {a.advantage!r}; remove the key, or pick a critic-free preset")
-            if a.dynamic_sampling:
-                raise ValueError(f"algorithm.dynamic_sampling: the {a.preset} preset has no groups to filter (its "
-                                 "baseline is the critic); remove the key")
-            if a.target_kl is not None and (a.beta == 0 or a.kl_placement != "reward"):
-                raise ValueError("algorithm.target_kl: the adaptive controller scales the KL penalty in the reward, "
-                                 "starting from algorithm.beta; set algorithm.kl_placement: reward and algorithm.beta > 0")
-            if self.model.lora is not None and self.critic.path is not None:
-                raise ValueError("critic.path: with model.lora the critic is a value adapter on the policy's own base "
-                                 "weights, so it starts from the policy; set critic.path: null (or train all weights)")
-            return
-        if a.advantage == "gae":
-            raise ValueError(f"algorithm.advantage: gae needs a critic; valid presets for it: {', '.join(CRITIC_PRESETS)}")
-        defaults = AlgorithmConfig()
-        for key in CRITIC_ALGORITHM_KEYS:
-            if getattr(a, key) != getattr(defaults, key):
-                raise ValueError(f"algorithm.{key}: only the critic presets ({', '.join(CRITIC_PRESETS)}) use it, and "
-                                 f"algorithm.preset is {a.preset!r}; remove the key, or set algorithm.preset: ppo")
-        for key, value in self.critic:
-            if value != getattr(CriticConfig(), key):
-                raise ValueError(f"critic.{key}: only the critic presets ({', '.join(CRITIC_PRESETS)}) have a critic, "
-                                 f"and algorithm.preset is {a.preset!r}; remove the key, or set algorithm.preset: ppo")

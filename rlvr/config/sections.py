@@ -271,6 +271,18 @@ class CheckpointConfig(Section):
 DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|mps)$")
 
 
+class RecipeConfig(Section):
+    """The whole config of a recipe (``rlvr train``, ``sft``, ...): which of its features combine is checked
+    here, once, against the table of :mod:`rlvr.config.compatibility` (before any work)."""
+
+    @model_validator(mode="after")
+    def _features_combine(self) -> "RecipeConfig":
+        from rlvr.config.compatibility import check_compatibility
+
+        check_compatibility(self, "load")
+        return self
+
+
 class ProcessConfig(Section):
     """What every recipe's ``train:`` section holds about the process itself (seed, device, CPU threads):
     declared and checked here once; each recipe's section adds its own fields."""
@@ -286,12 +298,6 @@ class ProcessConfig(Section):
         "(torch's fully_shard per decoder layer; docs/scaling.md). One process: the same either way")
     cpu_offload: bool = Field(False, description="with strategy fsdp2 on CUDA: keep the shards and the optimizer "
                               "state in CPU memory (slower steps, less GPU memory)")
-
-    @model_validator(mode="after")
-    def _offload_needs_fsdp2(self) -> "ProcessConfig":
-        if self.cpu_offload and self.strategy != "fsdp2":
-            raise ValueError("train.cpu_offload needs train.strategy: fsdp2 (a ddp rank holds its whole model)")
-        return self
 
     @field_validator("device")
     @classmethod

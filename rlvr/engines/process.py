@@ -289,10 +289,10 @@ class _EpisodePlayer:
         from rlvr.rollout.episodes import DEFAULT_STEP_TIMEOUT_S, EpisodeRunner
 
         encoders = MessageEncoders(tokenizer, settings["messages"], settings["eos_ids"])
-        self._templates: dict[int, Any] = {}
+        self._templates: dict[tuple[str, str], Any] = {}  # problem.key -> its chat template, per request
 
         def messages_of(problem):
-            return encoders(self._templates[id(problem)])
+            return encoders(self._templates[problem.key])
 
         self.runner = EpisodeRunner(messages_of, settings["environments"], default=settings["default"],
                                     max_turns=settings["max_turns"], max_episode_tokens=settings["max_episode_tokens"],
@@ -300,5 +300,5 @@ class _EpisodePlayer:
                                     step_timeout_s=settings.get("step_timeout_s", DEFAULT_STEP_TIMEOUT_S))
 
     def play(self, engine, payload: dict[str, Any]) -> list[list[Completion]]:
-        self._templates = {id(p): t for p, t in zip(payload["problems"], payload["templates"])}
+        self._templates = {p.key: t for p, t in zip(payload["problems"], payload["templates"])}
         return self.runner.generate(engine, payload["problems"], payload["prompts"], payload["n"], payload["sampling"])

@@ -114,9 +114,10 @@ class EngineSync:
         return ticket, tokens, self._trainer_rows(tokens)
 
     def settle(self) -> dict[str, float]:
-        """Check the canary of the last publication (deferred mode: ``push`` queues it behind the weights
-        and the next push, or an evaluation, checks it, so the trainer never waits for the engine's
-        queue); ``sync/canary_max_abs_diff``, or nothing when none is pending."""
+        """Check the canary of the last publication (deferred mode: ``push`` queues it behind the weights,
+        and the next ``push``, or the end of the run (``RLRun.finish``), checks it, so the trainer never waits
+        for the engine's queue; an evaluation in between does not check it); ``sync/canary_max_abs_diff``, or
+        nothing when none is pending."""
         if self._pending is None:
             return {}
         ticket, tokens, rows = self._pending

@@ -59,29 +59,29 @@ def sequence_logps(model, pairs: Sequence[TokenizedPair], pad_id: int) -> tuple[
     return (logp * mask).sum(dim=1), mask.sum(dim=1)
 
 
-def pair_loss(policy, reference: Reference, pairs: Sequence[TokenizedPair], pad_id: int, d) -> tuple[torch.Tensor, dict]:
+def pair_loss(policy, reference: Reference, pairs: Sequence[TokenizedPair], pad_id: int, dpo) -> tuple[torch.Tensor, dict]:
     """The DPO loss of ``pairs`` (+ the chosen NLL with ``nll_coef``) and its stats."""
     n = len(pairs)
     with torch.no_grad(), reference.model() as ref:
         ref_logp, _ = sequence_logps(ref, pairs, pad_id)  # [2N]
     logp, tokens = sequence_logps(policy, pairs, pad_id)  # [2N]
-    loss, stats = dpo_loss(logp[:n], logp[n:], ref_logp[:n], ref_logp[n:], beta=d.beta, loss=d.loss,
-                           label_smoothing=d.label_smoothing)
-    if d.nll_coef:
+    loss, stats = dpo_loss(logp[:n], logp[n:], ref_logp[:n], ref_logp[n:], beta=dpo.beta, loss=dpo.loss,
+                           label_smoothing=dpo.label_smoothing)
+    if dpo.nll_coef:
         nll = -logp[:n].sum() / tokens[:n].sum()  # per token of the chosen completions
-        loss = loss + d.nll_coef * nll
+        loss = loss + dpo.nll_coef * nll
         stats["nll_chosen"] = nll.item()
     return loss, {"loss": loss.item(), **stats}
 
 
 @torch.no_grad()
-def evaluate_pairs(policy, reference: Reference, pairs: Sequence[TokenizedPair], pad_id: int, d,
+def evaluate_pairs(policy, reference: Reference, pairs: Sequence[TokenizedPair], pad_id: int, dpo,
                    batch_size: int) -> dict[str, float]:
     """Loss, implicit accuracy and margin over ``pairs`` (weighted by batch size)."""
     totals: dict[str, float] = {}
     for start in range(0, len(pairs), batch_size):
         batch = pairs[start : start + batch_size]
-        _, stats = pair_loss(policy, reference, batch, pad_id, d)
+        _, stats = pair_loss(policy, reference, batch, pad_id, dpo)
         for key, value in stats.items():
             totals[key] = totals.get(key, 0.0) + value * len(batch)
     return {k: v / max(1, len(pairs)) for k, v in totals.items()}
@@ -91,7 +91,7 @@ def train(config: DPOConfig, *, resume: bool = False, overwrite: bool = False) -
     """Offline DPO on preference pairs; see the module docstring. ``resume`` continues from the run's latest
     checkpoint, ``overwrite`` replaces a run already in ``config.out``."""
     with Run.start(config, "dpo", resume=resume, overwrite=overwrite) as run:
-        config, dist, ev, d = run.config, run.dist, run.config.eval, run.config.dpo
+        config, dist, ev, dpo = run.config, run.dist, run.config.eval, run.config.dpo
         tokenizer = load_tokenizer(config.model.path)
         train_data, eval_data = load_pairs(config, tokenizer, main=dist.is_main)  # bad data fails before the model
         problems = load_suite(ev.task, path=ev.path, split=ev.split, options=ev.options, limit=ev.limit) \
@@ -119,7 +119,7 @@ def train(config: DPOConfig, *, resume: bool = False, overwrite: bool = False) -
             a sharded policy's passes and weight gathering on every rank)."""
             if not (dist.is_main or shard):
                 return {}
-            out = {f"eval/{k}": v for k, v in evaluate_pairs(policy, reference, eval_data, pad_id, d,
+            out = {f"eval/{k}": v for k, v in evaluate_pairs(policy, reference, eval_data, pad_id, dpo,
                                                               ev.batch_size).items()} if eval_data else {}
             if shard and ev.task:
                 send_weights(engine, policy)  # every rank gathers; rank 0's copy takes them
@@ -128,9 +128,9 @@ def train(config: DPOConfig, *, resume: bool = False, overwrite: bool = False) -
                     max_new_tokens=ev.max_new_tokens, greedy=True)).accuracy
             return out
 
-        before, after = fit_pairs(run, train_data, lambda mb: pair_loss(policy, reference, mb, pad_id, d), policy,
+        before, after = fit_pairs(run, train_data, lambda mb: pair_loss(policy, reference, mb, pad_id, dpo), policy,
                                   optimizer, scheduler, measure=measure, accuracy="accuracy")
-        on_train = evaluate_pairs(policy, reference, train_data, pad_id, d, ev.batch_size) \
+        on_train = evaluate_pairs(policy, reference, train_data, pad_id, dpo, ev.batch_size) \
             if dist.is_main or shard else {}
         summary = {
             "steps": total, "train_pairs": len(train_data), "eval_pairs": len(eval_data),

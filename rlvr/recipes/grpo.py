@@ -37,12 +37,12 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     """
     with RLRun.start(config, resume=resume, overwrite=overwrite) as run:
         config, policy, engine = run.config, run.policy, run.engine
-        algo, gen, t, device = config.algorithm, config.generation, config.train, run.dist.device
-        optimizer, scheduler = optimizer_from_config(policy.parameters(), config.optim, t.steps)
+        algo, gen, training, device = config.algorithm, config.generation, config.train, run.dist.device
+        optimizer, scheduler = optimizer_from_config(policy.parameters(), config.optim, training.steps)
         encode_solution = solution_encoder(run.tokenizer)
         run.restore({"optimizer": optimizer, "scheduler": scheduler}, models={"policy": policy})
 
-        for step in run.steps(t.steps):
+        for step in run.steps(training.steps):
             # ---- 1. rollout: problems -> groups -> rewards [P, G] -------------------------------
             rollout = run.rollout(step, dynamic_sampling=algo.dynamic_sampling,
                                   max_resample_rounds=algo.max_resample_rounds)
@@ -70,8 +70,8 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                 kl_tokens = KL_ESTIMATORS[algo.kl_estimator](batch.old_logp, batch.ref_logp) * batch.response_mask
                 seq_kl = kl_tokens.sum(dim=1).view_as(scores).cpu()
                 scores = scores - algo.beta * seq_kl
-            if getattr(run.scorer, "token_level", False):  # REINFORCE++ with a PRM's step rewards: A [N, T]
-                steps = step_reward_tensor(trained, batch.completion_len, config.process_reward).to(device)
+            if run.scorer is not None and run.scorer.token_level:  # REINFORCE++ with a PRM's step rewards: A [N, T]
+                steps = step_reward_tensor(trained, batch.completion_len).to(device)
                 batch.advantages = token_return_advantages(scores.flatten().to(device), steps, batch.response_mask,
                                                            trained_samples.valid.flatten().to(device),
                                                            all_sum=run.dist.sum_tensor)

@@ -59,10 +59,10 @@ def pair_step(step: int, data: list[TokenizedPair], loss_of: Callable, model, op
     """One optimizer step over ``train.batch_size`` pairs (step ``step`` of shuffled passes over ``data``):
     ``loss_of(micro_batch) -> (mean loss, stats)`` over this rank's share in micro-batches, the
     gradients summed over ranks, clipped, stepped. Returns the ``train/`` metrics."""
-    t = config.train
-    picked = [data[i] for i in batch_indices(step, t.batch_size, len(data), t.seed)]
+    training = config.train
+    picked = [data[i] for i in batch_indices(step, training.batch_size, len(data), training.seed)]
     optimizer.zero_grad(set_to_none=True)
-    sums = backward_on_share(picked, t.micro_batch_size, loss_of, model, dist)
+    sums = backward_on_share(picked, training.micro_batch_size, loss_of, model, dist)
     grad_norm = optimizer_step(model.parameters(), optimizer, scheduler, config.optim.grad_clip)
     return {**{f"train/{k}": v for k, v in sums.items()}, "train/grad_norm": grad_norm,
             "train/lr": scheduler.get_last_lr()[0]}

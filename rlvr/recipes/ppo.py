@@ -54,7 +54,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
     """
     with RLRun.start(config, resume=resume, overwrite=overwrite) as run:
         config, policy, engine, dist = run.config, run.policy, run.engine, run.dist
-        algo, t, device = config.algorithm, config.train, dist.device
+        algo, training, device = config.algorithm, config.train, dist.device
         shard = is_sharded(policy)
         whole_checkpoint = run.checkpoint is not None and not has_sharded_part(run.checkpoint)
         critic = build_critic(policy, path=config.critic.path or config.model.path,
@@ -62,7 +62,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                               lora=config.model.lora.model_dump() if config.model.lora else None,
                               resume_from=run.checkpoint / "critic" if whole_checkpoint else None,
                               gradient_checkpointing=config.model.gradient_checkpointing)
-        critic = shard_for_run(critic, config.model.dtype, run.checkpoint, shard=shard, offload=t.cpu_offload,
+        critic = shard_for_run(critic, config.model.dtype, run.checkpoint, shard=shard, offload=training.cpu_offload,
                                name="critic", layers=critic.body.layers if shard else None,
                                master_weights=not critic.shares_policy_base)
         optimizer, scheduler, critic_optimizer, critic_scheduler = _optimizers(config, policy, critic)
@@ -73,7 +73,7 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                      "critic_scheduler": critic_scheduler, "kl_controller": kl_ctl},
                     models={"policy": policy, "critic": critic})
 
-        for step in run.steps(t.steps):
+        for step in run.steps(training.steps):
             # ---- 1. rollout: problems -> groups -> scores ---------------------------------------
             rollout = run.rollout(step)
             samples = rollout.samples
@@ -83,11 +83,11 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
             update_started = run.sleep_engine()
 
             # ---- 2. per-token rewards -> GAE advantages and returns -----------------------------
-            steps = (step_reward_tensor(rollout.groups, batch.completion_len, config.process_reward).to(device)
-                     if getattr(run.scorer, "token_level", False) else None)  # a PRM's step rewards [N, T]
+            steps = (step_reward_tensor(rollout.groups, batch.completion_len).to(device)
+                     if run.scorer is not None and run.scorer.token_level else None)  # a PRM's step rewards [N, T]
             seq_kl = critic_targets(batch, samples.scores.flatten().to(device), samples.truncated.flatten().to(device),
                                     policy=policy, critic=critic, reference=run.reference, beta=kl_ctl.value,
-                                    s=run.settings, step_rewards=steps)
+                                    settings=run.settings, step_rewards=steps)
 
             # ---- 3. policy and critic updates; the KL controller moves beta ---------------------
             update = update_actor_critic(policy, critic, batch, optimizer, critic_optimizer, run.settings)
@@ -130,7 +130,7 @@ def _critic_postfix(metrics: dict[str, float]) -> dict[str, str]:
 
 @torch.no_grad()
 def critic_targets(batch: Batch, scores: torch.Tensor, truncated: torch.Tensor, *, policy, critic: ValueModel,
-                   reference: Reference, beta: float, s: UpdateSettings,
+                   reference: Reference, beta: float, settings: UpdateSettings,
                    step_rewards: torch.Tensor | None = None) -> torch.Tensor | None:
     """Fill ``batch.old_logp``, ``ref_logp``, ``old_values``, ``advantages [N, T]`` and ``returns [N, T]``;
     return the per-sequence KL to the reference ``[N]`` (None without a reference).
@@ -144,19 +144,19 @@ def critic_targets(batch: Batch, scores: torch.Tensor, truncated: torch.Tensor, 
     (``bootstrap``). The KL in the reward uses the trainer's log-probs (one no-grad pass, reused as
     pi_old), never the engine's: it must measure the policy being trained.
     """
-    algo, mask = s.algo, batch.response_mask
+    algo, mask = settings.algo, batch.response_mask
     kl = seq_kl = None
     if reference.needed:
-        batch.ref_logp = reference_logprobs(reference, batch, s.micro, s.temperature)
+        batch.ref_logp = reference_logprobs(reference, batch, settings.micro, settings.temperature)
     if reference.needed and algo.kl_placement == "reward":
-        batch.old_logp = no_grad_logprobs(policy, batch, s.micro, s.temperature)
+        batch.old_logp = no_grad_logprobs(policy, batch, settings.micro, settings.temperature)
         kl = KL_ESTIMATORS[algo.kl_estimator](batch.old_logp, batch.ref_logp) * mask  # [N, T]
         seq_kl = kl.sum(dim=1)
-    elif not s.single_pass:  # pi_old for the epochs: the engine's where it is exact, else one pass
-        batch.old_logp = old_logprobs(policy, batch, s)
+    elif not settings.single_pass:  # pi_old for the epochs: the engine's where it is exact, else one pass
+        batch.old_logp = old_logprobs(policy, batch, settings)
     values, after_last = mask.new_zeros(mask.shape), mask.new_zeros(len(batch))  # [N, T], [N]
     everything = torch.arange(len(batch), device=mask.device)
-    for rows in s.micro.passes(batch, everything, critic):  # None: a sharded critic repeats a pass, discarded
+    for rows in settings.micro.passes(batch, everything, critic):  # None: a sharded critic repeats a pass, discarded
         part = batch.select(everything[:1] if rows is None else rows, trim=True)  # [n, W' + T']: its own width
         v, v_after = critic(part.input_ids, part.attention_mask, part.completion_len, with_bootstrap=True)
         if rows is not None:
@@ -170,7 +170,7 @@ def critic_targets(batch: Batch, scores: torch.Tensor, truncated: torch.Tensor, 
     last_values = after_last * truncated.float() if algo.truncation == "bootstrap" else None
     advantages, batch.returns = gae(rewards, batch.old_values, mask, gamma=algo.gamma, lam=algo.lam,
                                     last_values=last_values)
-    batch.advantages = whiten_over_ranks(advantages, mask, s.dist) if algo.whiten_advantages else advantages
+    batch.advantages = whiten_over_ranks(advantages, mask, settings.dist) if algo.whiten_advantages else advantages
     return seq_kl
 
 
@@ -197,7 +197,7 @@ def _mean_over_ranks(values: torch.Tensor, dist: Distributed) -> float:
 
 
 def update_actor_critic(policy, critic: ValueModel, batch: Batch, optimizer, critic_optimizer,
-                        s: UpdateSettings) -> dict[str, float]:
+                        settings: UpdateSettings) -> dict[str, float]:
     """``ppo_epochs`` x ``minibatches``: a clipped-surrogate step of the policy, then a clipped-value step
     of the critic, on each minibatch; returns mean diagnostics.
 
@@ -207,7 +207,7 @@ def update_actor_critic(policy, critic: ValueModel, batch: Batch, optimizer, cri
     With ``algorithm.early_stop_kl`` the step ends, before the optimizer steps on it, at the first
     minibatch (after the first) whose approximate KL to the rollout policy exceeds the bound.
     """
-    algo = s.algo
+    algo = settings.algo
     n = len(batch)
     minibatch_size = math.ceil(n / algo.minibatches)
     policy_params = [p for group in optimizer.param_groups for p in group["params"]]  # as registered now: sharded
@@ -216,26 +216,26 @@ def update_actor_critic(policy, critic: ValueModel, batch: Batch, optimizer, cri
     means, critic_means, mismatch = TokenMeans(), TokenMeans(), Mismatch()
     pg_total, value_total, grad_norms, critic_norms, stopped = 0.0, 0.0, [], [], 0.0
     for epoch in range(algo.ppo_epochs):
-        order = torch.randperm(n) if not s.single_pass else torch.arange(n)
+        order = torch.randperm(n) if not settings.single_pass else torch.arange(n)
         for start in range(0, n, minibatch_size):
             minibatch = batch.select(order[start : start + minibatch_size].to(batch.input_ids.device))
             # -- the policy: gradients, then the KL check, then the step
             optimizer.zero_grad(set_to_none=False)
-            pg_loss, approx_kl = _policy_gradients(policy, minibatch, s, means, mismatch if not grad_norms else None)
+            pg_loss, approx_kl = _policy_gradients(policy, minibatch, settings, means, mismatch if not grad_norms else None)
             if grad_norms and algo.early_stop_kl is not None and approx_kl > algo.early_stop_kl:
                 stopped = 1.0  # far enough from the rollout policy: this minibatch's gradient is dropped
                 break
             pg_total += pg_loss
             if not sharded:  # FSDP2 summed them in the backward
-                s.dist.sum_gradients(policy_params)
-            grad_norms.append(full_norm(torch.nn.utils.clip_grad_norm_(policy_params, s.grad_clip)))
+                settings.dist.sum_gradients(policy_params)
+            grad_norms.append(full_norm(torch.nn.utils.clip_grad_norm_(policy_params, settings.grad_clip)))
             optimizer.step()
             # -- the critic
             critic_optimizer.zero_grad(set_to_none=False)
-            value_total += _critic_gradients(critic, minibatch, s, critic_means)
+            value_total += _critic_gradients(critic, minibatch, settings, critic_means)
             if not sharded:
-                s.dist.sum_gradients(critic_params)
-            critic_norms.append(full_norm(torch.nn.utils.clip_grad_norm_(critic_params, s.grad_clip)))
+                settings.dist.sum_gradients(critic_params)
+            critic_norms.append(full_norm(torch.nn.utils.clip_grad_norm_(critic_params, settings.grad_clip)))
             critic_optimizer.step()
         if stopped:
             break
@@ -258,20 +258,20 @@ def update_actor_critic(policy, critic: ValueModel, batch: Batch, optimizer, cri
     return out
 
 
-def _policy_gradients(policy, minibatch: Batch, s: UpdateSettings, means: TokenMeans,
+def _policy_gradients(policy, minibatch: Batch, settings: UpdateSettings, means: TokenMeans,
                       mismatch: Mismatch | None) -> tuple[float, float]:
     """Accumulate the policy loss's gradients over ``minibatch``'s micro-batches; returns the loss and
     the token-weighted approximate KL to the rollout policy (over all ranks: they must all stop
     together), both before any step on this minibatch."""
-    agg = global_counts(minibatch, s.dist)
+    agg = global_counts(minibatch, settings.dist)
     pg_loss, kl = 0.0, TokenMeans()
-    rows = rows_with_gradient(minibatch, s.algo)
-    for micro_rows in s.micro.passes(minibatch, rows, policy):
+    rows = rows_with_gradient(minibatch, settings.algo)
+    for micro_rows in settings.micro.passes(minibatch, rows, policy):
         if micro_rows is None:  # a sharded policy: another rank has more micro-batches than this one
-            zero_weight_pass(policy, minibatch, s, agg)
+            zero_weight_pass(policy, minibatch, settings, agg)
             continue
         micro = minibatch.select(micro_rows, trim=True)  # [n, W' + T']: this micro-batch's own width
-        part = policy_terms(policy, micro, s, **agg)
+        part = policy_terms(policy, micro, settings, **agg)
         part.loss.backward()
         pg_loss += part.pg_loss
         if mismatch is not None:
@@ -279,17 +279,17 @@ def _policy_gradients(policy, minibatch: Batch, s: UpdateSettings, means: TokenM
         tokens = float(micro.response_mask.sum())
         means.add(part.terms, tokens)
         kl.add({"kl": part.terms["train/approx_kl_old"]}, tokens)
-    return pg_loss, s.dist.sum(kl.sums.get("kl", 0.0)) / max(s.dist.sum(kl.weight), 1e-9)
+    return pg_loss, settings.dist.sum(kl.sums.get("kl", 0.0)) / max(settings.dist.sum(kl.weight), 1e-9)
 
 
-def _critic_gradients(critic: ValueModel, minibatch: Batch, s: UpdateSettings, means: TokenMeans) -> float:
+def _critic_gradients(critic: ValueModel, minibatch: Batch, settings: UpdateSettings, means: TokenMeans) -> float:
     """Accumulate the value loss's gradients over ``minibatch``'s micro-batches; returns the loss
     (without ``value_coef``)."""
-    algo, real = s.algo, minibatch.response_mask
-    agg = global_counts(minibatch, s.dist) | {"max_len": s.max_len}
+    algo, real = settings.algo, minibatch.response_mask
+    agg = global_counts(minibatch, settings.dist) | {"max_len": settings.max_len}
     total = 0.0
     rows = (real.sum(dim=1) > 0).nonzero().squeeze(1)
-    for micro_rows in s.micro.passes(minibatch, rows, critic):
+    for micro_rows in settings.micro.passes(minibatch, rows, critic):
         if micro_rows is None:  # a sharded critic: another rank has more micro-batches than this one
             first = minibatch.select(torch.arange(1, device=real.device), trim=True)
             (critic(first.input_ids, first.attention_mask, first.completion_len).sum() * 0.0).backward()

@@ -44,13 +44,14 @@ from rlvr.rollout.async_rollout import AsyncRollouts, staleness_metrics
 from rlvr.rollout.groups import Group, RolloutStats, collect_groups, scored_groups, verifier_runner
 from rlvr.rollout.process_scoring import build_process_scorer
 from rlvr.rollout.reward_scoring import build_reward_scorer
+from rlvr.rollout.scoring import Scorer
 from rlvr.rollout.sampler import ProblemSampler, RankSampler
 from rlvr.rollout.suites import (PromptEncoder, announce_suites, check_verifiers, drop_overlong_prompts,
                                  load_eval_suites, load_training_suites)
+from rlvr.config.compatibility import check_compatibility
 from rlvr.run.alarms import Alarms, VerifierErrors
 from rlvr.run.completions_log import CompletionsLog
 from rlvr.run.ranks import check_world_size, reduce_metrics, seed_ranks, sharded_run
-from rlvr.verifiers.errors import InvalidValueError
 
 
 @dataclass
@@ -87,12 +88,8 @@ class RLRun(Run):
         problems = [p for named in (suites, eval_suites) for suite in named.values() for p in suite]
         check_verifiers(config.verifier.name, config.verifier.options, problems)
         environments = build_environments(config.environment, problems)  # multi-turn episodes, if any problem has one
-        if environments and config.reward_model is not None:
-            raise InvalidValueError(f"reward_model: a learned reward model scores single completions, and the "
-                                    f"problems play multi-turn episodes in {', '.join(environments)}; remove one")
-        if environments and config.algorithm.guidance != "none":
-            raise InvalidValueError(f"algorithm.guidance: a gold solution is one completion, and the problems play "
-                                    f"multi-turn episodes in {', '.join(environments)}; set algorithm.guidance: none")
+        # the compatibility table again, with what only the data knows: whether its problems play episodes
+        check_compatibility(config, "load", episodes=bool(environments))
         # every model folder and the engine's package too: a reward model's path or a missing vLLM was found
         # only after the policy had loaded
         check_model_folder(config.model.path)
@@ -151,8 +148,8 @@ class RLRun(Run):
             max_staleness=config.async_generation.max_staleness, seed=config.train.seed,
             episodes=self.episodes is not None)
         # a learned reward model or a process reward model, if any (the config refuses both at once)
-        self.scorer = (build_reward_scorer(config, dist.device, self.tokenizer)
-                       or build_process_scorer(config, dist.device, self.tokenizer))
+        self.scorer: Scorer | None = (build_reward_scorer(config, dist.device, self.tokenizer, self.runner)
+                                      or build_process_scorer(config, dist.device, self.tokenizer))
         if self.scorer is not None and dist.is_main:
             print(self.scorer.describe(), flush=True)
         self.settings = UpdateSettings.from_config(config, dist, episodes=self.episodes is not None)
@@ -170,10 +167,7 @@ class RLRun(Run):
 
         config, section = self.config, self.config.async_generation
         if section.max_staleness is None:
-            return None
-        if self.dist.world_size > 1:
-            raise InvalidValueError("async_generation.max_staleness: asynchronous generation runs in one process, and "
-                                    "this run has several ranks; remove it")
+            return None  # (several ranks were refused at start: rlvr/config/compatibility.py)
         # a device this machine lacks fails here, named, before a process is started for it
         device = self.dist.device if section.device is None else resolve_device(section.device,
                                                                                 "async_generation.device")
@@ -182,7 +176,7 @@ class RLRun(Run):
         if self.dist.is_main:
             print(f"async generation: max_staleness {section.max_staleness}, a generator process on {device} with "
                   f"{threads} thread(s) beside the trainer's {torch.get_num_threads()}", flush=True)
-            if section.max_staleness > 0 and config.algorithm.off_policy == "none" and config.algorithm.tis_cap is None:
+            if section.max_staleness > 0 and config.algorithm.off_policy == "none":
                 print("warning: async generation trains on samples of an older policy without an off-policy "
                       "correction; algorithm.off_policy: decoupled recovered most of what staleness 1 cost the "
                       "quickstart (docs/async-generation.md)", flush=True)
@@ -218,17 +212,17 @@ class RLRun(Run):
     def rollout(self, step: int, *, dynamic_sampling: bool = False, max_resample_rounds: int = 0) -> Rollout:
         """Problems -> groups of completions -> rewards -> reward tensors (see ``rlvr/rollout/``); with
         asynchronous generation, the step's samples come from the generator process's queue."""
-        config, t = self.config, self.config.train
+        config, training = self.config, self.config.train
         if self.async_rollouts is not None:
             return self.completions.record(step, self._async_rollout(step))  # completions.jsonl, when due
         groups, stats = collect_groups(
             engine=self.engine, runner=self.runner, sampler=self.sampler, encode=self.encode,
-            num_prompts=t.prompts_per_step // self.dist.world_size, group_size=t.group_size, sampling=self.sampling,
-            verifier=config.verifier.name, verifier_options=config.verifier.options, reward_model=self.scorer,
+            num_prompts=training.prompts_per_step // self.dist.world_size, group_size=training.group_size, sampling=self.sampling,
+            verifier=config.verifier.name, verifier_options=config.verifier.options, scorer=self.scorer,
             dynamic_sampling=dynamic_sampling, max_resample_rounds=max_resample_rounds, episodes=self.episodes,
         )
         rollout = Rollout(groups, self.tensors(groups), stats, self._error_frac(step, groups),
-                          extra=dict(getattr(self.scorer, "metrics", {})))  # a process reward model's prm/
+                          extra=self.scorer.metrics() if self.scorer is not None else {})  # e.g. a PRM's prm/
         return self.completions.record(step, rollout)  # completions.jsonl, when due
 
     def _async_rollout(self, step: int) -> Rollout:
@@ -238,7 +232,7 @@ class RLRun(Run):
         stats = RolloutStats(rounds=1, generate_s=sampled.info["seconds"])
         groups = scored_groups(sampled.drawn, sampled.prompt_ids, sampled.completions, runner=self.runner,
                                verifier=config.verifier.name, verifier_options=config.verifier.options,
-                               reward_model=None, stats=stats)
+                               scorer=None, stats=stats)
         return Rollout(groups, self.tensors(groups), stats, self._error_frac(step, groups),
                        extra=staleness_metrics(sampled, step - sampled.submitted_at, stats.generate_s))
 

@@ -127,7 +127,7 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
     ``resume`` continues the run in ``config.out`` from its latest checkpoint; ``overwrite`` replaces a
     previous run there (without either, a folder holding a run is refused)."""
     with Run.start(config, "sft", resume=resume, overwrite=overwrite) as run:
-        config, dist, ev, t = run.config, run.dist, run.config.eval, run.config.train
+        config, dist, ev, training = run.config, run.dist, run.config.eval, run.config.train
         sources = _load_sources(config.data)  # bad data fails before any model is loaded
         first = config.data[0]
         eval_task = ev.task or first.task
@@ -135,12 +135,12 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
                                    options=ev.options or first.options, limit=ev.limit) \
             if eval_task and (ev.every or ev.at_end) and dist.is_main else []
         tokenizer = load_tokenizer(config.model.path)
-        shard = sharded_run(t, dist)
-        model = load_run_policy(config.model, dist.device, run.checkpoint, shard=shard, offload=t.cpu_offload)
+        shard = sharded_run(training, dist)
+        model = load_run_policy(config.model, dist.device, run.checkpoint, shard=shard, offload=training.cpu_offload)
         if dist.is_main:
             print(f"forward: {forward_note(model)}", flush=True)
         data = _tokenize(tokenizer, sources, config.environment, stop_token_ids(config.model.path, tokenizer))
-        optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, t.steps)
+        optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, training.steps)
         engine = evaluation_engine(model, tokenizer, sharded=shard, dtype=config.model.dtype, device=dist.device,
                                    needed=bool(eval_problems))  # sharded: rank 0 evaluates on a whole copy
         encode = PromptEncoder(tokenizer, first.chat_template)  # held-out prompts as the first source's
@@ -150,7 +150,7 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
         runner = VerifierRunner() if eval_problems else None
         if runner is not None:
             run.cleanup(runner.close)
-        batches = ShuffledBatches(len(data), t.seed)
+        batches = ShuffledBatches(len(data), training.seed)
         run.restore({"optimizer": optimizer, "scheduler": scheduler, "batches": batches}, models={"policy": model},
                     tokenizer=tokenizer)
 
@@ -164,19 +164,19 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
 
         step = run.done
         stop_rule = None if ev.stop_at_accuracy is None else f"eval accuracy {ev.stop_at_accuracy}"
-        for step in run.steps(t.steps, until=stop_rule):
+        for step in run.steps(training.steps, until=stop_rule):
             # ---- one optimizer step over batch_size examples, in micro-batches -------------------
-            picked = [data[i] for i in batches.next(t.batch_size)]
+            picked = [data[i] for i in batches.next(training.batch_size)]
             ids, attention, mask = collate_completions([p for p, _, _ in picked], [c for _, c, _ in picked],
                                                        tokenizer.pad_token_id, [m for _, _, m in picked])
             total_tokens = float(mask.sum())  # the whole batch's, on every rank
             ids, attention, mask = (x[dist.rank :: dist.world_size].to(dist.device) for x in (ids, attention, mask))
             optimizer.zero_grad(set_to_none=True)
-            loss_value, starts = 0.0, list(range(0, len(ids), t.micro_batch_size))
+            loss_value, starts = 0.0, list(range(0, len(ids), training.micro_batch_size))
             for index in range(lockstep_passes(model, len(starts))):  # sharded: as many passes as any rank
                 mine = index < len(starts)  # else a zero-weight pass on this rank's first micro-batch
                 start = starts[index] if mine else 0
-                part = torch.arange(start, min(start + t.micro_batch_size, len(ids)), device=ids.device)
+                part = torch.arange(start, min(start + training.micro_batch_size, len(ids)), device=ids.device)
                 columns, length = trim_window(attention, mask.shape[1], part, mask)  # this micro-batch's own width
                 logp, _ = completion_logprobs(model, ids[part, columns], attention[part, columns], length)
                 loss = -(logp * mask[part, :length]).sum() / total_tokens * float(mine)
@@ -194,7 +194,7 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
                 metrics.update(run.evaluations[step])
                 if ev.stop_at_accuracy is not None and metrics["eval/accuracy"] >= ev.stop_at_accuracy:
                     run.stop(f"eval.stop_at_accuracy {ev.stop_at_accuracy} reached")
-            if step == t.steps and ev.at_end and step not in run.evaluations and eval_task:
+            if step == training.steps and ev.at_end and step not in run.evaluations and eval_task:
                 run.evaluations[step] = {"eval/accuracy": accuracy()}
                 metrics.update(run.evaluations[step])
             run.end_step(step, metrics, postfix={"loss": f"{metrics['train/loss']:.3f}", **_accuracy_postfix(run)})

@@ -19,7 +19,7 @@ def step_metrics(groups, samples, rollout, update: dict[str, float], seq_kl, mix
     raw, valid = samples.raw_scores, samples.valid
     lengths = samples.lengths.float()
     rewards = [r for g in groups for r in g.rewards]
-    judged = [r for g in groups for r in (g.gold if g.gold is not None else g.rewards)]  # the verifier's
+    judged = [r for g in groups for r in g.verdicts]  # the verifier's
     verdict = "gold" if groups and groups[0].gold is not None else "reward"  # a learned score is no pass/fail
     metrics: dict[str, float] = {
         "reward/mean": float(raw[valid].mean()) if valid.any() else 0.0,

@@ -75,17 +75,17 @@ class MicroLoss:
     logp: torch.Tensor  # [n, T] the policy's log-probs of the sampled tokens, with gradient
 
 
-def policy_terms(policy, micro: Batch, s: UpdateSettings, *, num_seqs: int, num_tokens: float) -> MicroLoss:
+def policy_terms(policy, micro: Batch, settings: UpdateSettings, *, num_seqs: int, num_tokens: float) -> MicroLoss:
     """The loss of one micro-batch of a minibatch of ``num_seqs`` sequences and ``num_tokens`` loss
     tokens (the aggregation's denominators, so that micro-batch losses add up to the minibatch's):
 
         loss = policy_loss(logp, old_logp, A)  [+ beta * KL(pi || ref) in the loss]  [- c_H * entropy]
     """
-    algo = s.algo
-    agg = dict(num_seqs=num_seqs, num_tokens=num_tokens, max_len=s.max_len)
+    algo = settings.algo
+    agg = dict(num_seqs=num_seqs, num_tokens=num_tokens, max_len=settings.max_len)
     logp, entropy = completion_logprobs(policy, micro.input_ids, micro.attention_mask, micro.completion_len,
-                                        s.temperature, with_entropy=True, entropy_grad=algo.entropy_coef > 0)
-    old = logp.detach() if s.single_pass else micro.old_logp
+                                        settings.temperature, with_entropy=True, entropy_grad=algo.entropy_coef > 0)
+    old = logp.detach() if settings.single_pass else micro.old_logp
     weights, kept = off_policy_weights(algo, old, micro)
     loss, stats = policy_loss(logp, old, micro.advantages, micro.response_mask * kept if kept is not None else
                               micro.response_mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
@@ -115,14 +115,14 @@ def policy_terms(policy, micro: Batch, s: UpdateSettings, *, num_seqs: int, num_
 
 
 def off_policy_weights(algo, old_logp: torch.Tensor, micro: Batch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """``(weights, kept)`` ``[n, T]`` of ``algorithm.off_policy`` (``tis_cap`` is short for ``token_tis``)
+    """``(weights, kept)`` ``[n, T]`` of ``algorithm.off_policy`` (capped at ``algorithm.off_policy_cap``)
     between pi_old (the proximal policy) and the engine's sampling policy, or ``(None, None)`` without
     one. A dropped token stays in the aggregation's denominator as a zero (dropping tokens never
     scales the others' gradient up)."""
-    name, cap = ("token_tis", algo.tis_cap) if algo.tis_cap is not None else (algo.off_policy, algo.off_policy_cap)
-    if name == "none":
+    if algo.off_policy == "none":
         return None, None
-    return OFF_POLICY_CORRECTIONS.get(name)(old_logp, micro.engine_logp, micro.response_mask, cap=cap)
+    return OFF_POLICY_CORRECTIONS.get(algo.off_policy)(old_logp, micro.engine_logp, micro.response_mask,
+                                                       cap=algo.off_policy_cap)
 
 
 class TokenMeans:
@@ -165,7 +165,7 @@ class Mismatch:
 # ---------------------------------------------------------------------------------------------
 
 
-def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: UpdateSettings) -> dict[str, float]:
+def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, settings: UpdateSettings) -> dict[str, float]:
     """``ppo_epochs`` passes of ``minibatches`` optimizer steps over ``batch``; returns mean diagnostics.
 
     When the batch is used exactly once (one epoch, one minibatch) the policy that sampled it is the
@@ -173,12 +173,12 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
     pi_old comes from the engine's sampling log-probs or from one recomputing pass before any step.
     Rows whose loss is exactly zero whatever the weights (see :func:`rows_with_gradient`) are not
     computed at all; the loss denominators still count them, so the gradient is unchanged. The rest
-    run in micro-batches of ``s.micro`` (a row cap, and a token budget with rows packed by length),
+    run in micro-batches of ``settings.micro`` (a row cap, and a token budget with rows packed by length),
     each cut to its own width: padding is neither computed nor in any loss.
     """
-    algo = s.algo
-    if not s.single_pass and batch.old_logp is None:
-        batch.old_logp = old_logprobs(policy, batch, s)
+    algo = settings.algo
+    if not settings.single_pass and batch.old_logp is None:
+        batch.old_logp = old_logprobs(policy, batch, settings)
     n = len(batch)
     minibatch_size = math.ceil(n / algo.minibatches)
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
@@ -186,19 +186,19 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
     means, mismatch = TokenMeans(), Mismatch()
     loss_total, pg_total, grad_norms, computed_rows = 0.0, 0.0, [], 0
     for epoch in range(algo.ppo_epochs):
-        order = torch.randperm(n) if not s.single_pass else torch.arange(n)
+        order = torch.randperm(n) if not settings.single_pass else torch.arange(n)
         for start in range(0, n, minibatch_size):
             minibatch = batch.select(order[start : start + minibatch_size].to(batch.input_ids.device))
             rows = rows_with_gradient(minibatch, algo)
             computed_rows += len(rows)
-            counts = global_counts(minibatch, s.dist)
+            counts = global_counts(minibatch, settings.dist)
             optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients, no zeroing pass
-            for micro_rows in s.micro.passes(minibatch, rows, policy):
+            for micro_rows in settings.micro.passes(minibatch, rows, policy):
                 if micro_rows is None:  # a sharded policy: another rank has more micro-batches than this one
-                    zero_weight_pass(policy, minibatch, s, counts)
+                    zero_weight_pass(policy, minibatch, settings, counts)
                     continue
                 micro = minibatch.select(micro_rows, trim=True)  # [n, W' + T']: this micro-batch's own width
-                part = policy_terms(policy, micro, s, **counts)
+                part = policy_terms(policy, micro, settings, **counts)
                 part.loss.backward()
                 loss_total, pg_total = loss_total + part.loss.item(), pg_total + part.pg_loss
                 if not grad_norms:  # before any step
@@ -208,8 +208,8 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
             if not sharded:  # FSDP2 reduced them in the backward
-                s.dist.sum_gradients(params)
-            grad_norms.append(full_norm(torch.nn.utils.clip_grad_norm_(params, s.grad_clip)))
+                settings.dist.sum_gradients(params)
+            grad_norms.append(full_norm(torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)))
             optimizer.step()
     steps = len(grad_norms)
     out = means.means()
@@ -224,11 +224,11 @@ def update_policy(policy, batch: Batch, optimizer: torch.optim.Optimizer, s: Upd
     return out
 
 
-def zero_weight_pass(policy, minibatch: Batch, s: UpdateSettings, counts: dict[str, float]) -> None:
+def zero_weight_pass(policy, minibatch: Batch, settings: UpdateSettings, counts: dict[str, float]) -> None:
     """A forward and backward of ``minibatch``'s first row with weight 0: its gradient is 0, but a sharded
     policy's collectives run as on the ranks that compute real rows (``MicroBatching.passes``)."""
     first = minibatch.select(torch.arange(1, device=minibatch.input_ids.device), trim=True)
-    (policy_terms(policy, first, s, **counts).loss * 0.0).backward()
+    (policy_terms(policy, first, settings, **counts).loss * 0.0).backward()
 
 
 def global_counts(minibatch: Batch, dist: Distributed) -> dict[str, float]:
@@ -258,11 +258,11 @@ def rows_with_gradient(minibatch: Batch, algo) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 
 
-def old_logprobs(policy, batch: Batch, s: UpdateSettings) -> torch.Tensor:
+def old_logprobs(policy, batch: Batch, settings: UpdateSettings) -> torch.Tensor:
     """pi_old ``[N, T]`` for a batch used more than once: the engine's, or one recomputing pass."""
-    if s.old_logprobs == "engine":
+    if settings.old_logprobs == "engine":
         return batch.engine_logp
-    return no_grad_logprobs(policy, batch, s.micro, s.temperature)
+    return no_grad_logprobs(policy, batch, settings.micro, settings.temperature)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:

@@ -65,10 +65,13 @@ class AsyncRollouts:
                  encode: Callable[[Problem], list[int]], suites: dict[str, Sequence[Problem]], num_prompts: int,
                  group_size: int, sampling: SamplingParams, max_staleness: int, seed: int, episodes: bool = False):
         self.engine, self.draw, self.encode, self.suites, self.episodes = engine, draw, encode, suites, episodes
-        self._position = {id(p): k for problems in suites.values() for k, p in enumerate(problems)}
+        # (suite name, problem id) -> the problem's place in its suite: a checkpoint names a problem by suite and
+        # place; keyed by names, not objects, so that a copied or unpickled problem is found
+        self._position = {(name, p.id): k for name, problems in suites.items() for k, p in enumerate(problems)}
         self.num_prompts, self.group_size, self.sampling = num_prompts, group_size, sampling
         self.max_staleness, self.seed = max_staleness, seed
-        self._in_flight: dict[int, tuple[list, list, int]] = {}  # step -> (drawn, prompt ids, ticket)
+        # step -> (drawn, prompt ids, ticket, the step it was submitted at, the weight publication it was submitted under)
+        self._in_flight: dict[int, tuple[list[tuple[str, Problem]], list[list[int]], int, int, int]] = {}
         self._ready: dict[int, Sampled] = {}  # from a checkpoint
 
     def take(self, step: int, last_step: int) -> Sampled:
@@ -114,7 +117,7 @@ class AsyncRollouts:
         data: problems by suite and place, completions as dicts."""
         for step in sorted(self._in_flight):
             self._ready[step] = self._receive(step)
-        return {"ready": {step: {"drawn": [(name, self._position[id(problem)]) for name, problem in s.drawn],
+        return {"ready": {step: {"drawn": [(name, self._position[name, problem.id]) for name, problem in s.drawn],
                                  "prompt_ids": s.prompt_ids, "submitted_at": s.submitted_at, "info": s.info,
                                  "completions": [[asdict(c) for c in group] for group in s.completions]}
                           for step, s in self._ready.items()}}

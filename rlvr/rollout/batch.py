@@ -79,7 +79,7 @@ def sample_tensors(
     abstain = torch.tensor([[s == "abstain" for s in row] for row in status])
     valid = ~abstain & (~failed if on_failure == "mask" else torch.ones_like(failed))
     scores = torch.where(failed, torch.zeros_like(raw), raw)
-    correct = verdicts([g.gold if g.gold is not None else g.rewards for g in groups], success_threshold)
+    correct = verdicts([g.verdicts for g in groups], success_threshold)
     truncated = torch.tensor([[c.finish_reason == "length" for c in g.completions] for g in groups])
     lengths = torch.tensor([[len(c.token_ids) for c in g.completions] for g in groups])
     loss_weight = torch.ones_like(raw)

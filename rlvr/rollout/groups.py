@@ -1,9 +1,9 @@
 """Problems -> groups of completions -> rewards.
 
     collect_groups(...)    G completions per problem from the engine, scored by the verifier runner
-                           (and by a learned reward model, when given; the verifier's rewards are then
-                           the gold watch); with dynamic sampling, groups whose rewards have zero
-                           spread are dropped and the batch refilled
+                           (and then by a learned scorer, when given: a reward model or a process reward
+                           model, :class:`rlvr.rollout.scoring.Scorer`); with dynamic sampling, groups
+                           whose rewards have zero spread are dropped and the batch refilled
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 from rlvr.engines.base import Completion, Engine, SamplingParams
 from rlvr.rollout.episodes import settle_rewards, verifier_score
 from rlvr.rollout.sampler import ProblemSampler
+from rlvr.rollout.scoring import Scorer, StepScores
 from rlvr.tasks.base import Problem
 from rlvr.verifiers.base import Reward
 from rlvr.verifiers.runner import VerifierRunner
@@ -23,15 +24,29 @@ from rlvr.verifiers.runner import VerifierRunner
 
 @dataclass
 class Group:
-    """G completions of one problem and their rewards."""
+    """G completions of one problem and their rewards.
+
+    Attributes:
+        rewards: per completion, the sequence-level reward training optimises: the verifier's, or a learned
+            scorer's where it replaced them (a reward model; a process reward model in aggregate mode).
+        gold: the verifier's rewards where a scorer replaced them in ``rewards`` (the gold watch: logged, never
+            optimised); None where ``rewards`` are the verifier's own. :attr:`verdicts` is whichever holds them.
+        steps: per completion, a token-level process reward model's :class:`~rlvr.rollout.scoring.StepScores`
+            (each step's last token and the reward trained there); None otherwise.
+    """
 
     suite: str
     problem: Problem
     prompt_ids: list[int]
     completions: list[Completion]
-    rewards: list[Reward] = field(default_factory=list)  # what training optimises
-    gold: list[Reward] | None = None  # the verifier's rewards when a reward model scored ``rewards`` (logged only)
-    steps: list | None = None  # per completion, its steps' ends and scores when a process reward model ran (StepScores)
+    rewards: list[Reward] = field(default_factory=list)
+    gold: list[Reward] | None = None
+    steps: list[StepScores] | None = None
+
+    @property
+    def verdicts(self) -> list[Reward]:
+        """The verifier's rewards (pass/fail, accuracy): ``gold`` where a scorer replaced them, else ``rewards``."""
+        return self.gold if self.gold is not None else self.rewards
 
 
 @dataclass
@@ -107,17 +122,17 @@ def verify_groups(runner: VerifierRunner, groups: list[Group], verifier: str | N
 
 def scored_groups(drawn: Sequence[tuple[str, Problem]], prompt_ids: Sequence[list[int]],
                   completions: Sequence[list[Completion]], *, runner: VerifierRunner, verifier: str | None,
-                  verifier_options: dict | None, reward_model, stats: RolloutStats) -> list[Group]:
+                  verifier_options: dict | None, scorer: Scorer | None, stats: RolloutStats) -> list[Group]:
     """The groups of ``drawn`` problems (``(suite, problem)``) and their ``completions``, scored by the
-    verifier (and a reward model), with what they cost and hold added to ``stats``."""
+    verifier (and then by ``scorer``, when given), with what they cost and hold added to ``stats``."""
     groups = [Group(name, problem, list(ids), list(comps))
               for (name, problem), ids, comps in zip(drawn, prompt_ids, completions)]
     start = time.perf_counter()
     score_groups(runner, groups, verifier, verifier_options)
     stats.verify_s += time.perf_counter() - start
-    if reward_model is not None:
+    if scorer is not None:
         start = time.perf_counter()
-        reward_model.score_groups(groups, runner)
+        scorer.score(groups).apply(groups)
         stats.reward_model_s += time.perf_counter() - start
     for group in groups:
         stats.generated_tokens += sum(len(c.token_ids) for c in group.completions)
@@ -140,7 +155,7 @@ def collect_groups(
     verifier_options: dict | None,
     dynamic_sampling: bool,
     max_resample_rounds: int,
-    reward_model=None,
+    scorer: Scorer | None = None,
     episodes=None,
 ) -> tuple[list[Group], RolloutStats]:
     """Generate and score ``num_prompts`` groups of ``group_size``.
@@ -149,8 +164,9 @@ def collect_groups(
     is played as a multi-turn episode: its completion holds every token after the prompt, the
     environment's ones masked from the loss, and its last assistant message is what gets scored.
 
-    With a ``reward_model`` (a :class:`rlvr.rollout.reward_scoring.RewardScorer`), the verifier's rewards move
-    to ``group.gold`` (the gold watch, never optimised) and the reward model's take their place.
+    With a ``scorer`` (:class:`rlvr.rollout.scoring.Scorer`: a reward model or a process reward model), its
+    result is written into the groups after the verifiers ran (:meth:`~rlvr.rollout.scoring.ScoredGroups.apply`):
+    where its rewards replace the verifier's, those move to ``group.gold`` (the gold watch, never optimised).
 
     With ``dynamic_sampling`` (DAPO), groups whose rewards are all equal (all right or all wrong,
     for a binary reward: see :func:`has_signal`) carry no gradient signal under group baselines;
@@ -172,7 +188,7 @@ def collect_groups(
             completions = engine.generate(prompt_ids, group_size, sampling)
         stats.generate_s += time.perf_counter() - start
         for group in scored_groups(drawn, prompt_ids, completions, runner=runner, verifier=verifier,
-                                   verifier_options=verifier_options, reward_model=reward_model, stats=stats):
+                                   verifier_options=verifier_options, scorer=scorer, stats=stats):
             if dynamic_sampling and not has_signal(group.rewards):
                 dropped.append(group)
             else:

@@ -9,8 +9,9 @@ then, by ``process_reward.use``:
 
 * ``token`` (PPO's GAE, and REINFORCE++'s return-to-go: estimators that take a reward per token): the
   verifier's score stays the sequence's terminal reward, and step k adds ``coef * r_k`` on its last
-  token (:func:`step_reward_tensor`, read by ``rlvr/recipes/ppo.py`` and, for ``advantage:
-  reinforce_pp``, ``rlvr/recipes/grpo.py``), ``r_k`` by ``step_reward``
+  token (the result's ``steps``, :class:`~rlvr.rollout.scoring.StepScores`; laid out by
+  :func:`step_reward_tensor`, read by ``rlvr/recipes/ppo.py`` and, for ``advantage: reinforce_pp``,
+  ``rlvr/recipes/grpo.py``), ``r_k`` by ``step_reward``
   (:data:`rlvr.algorithms.process_rewards.STEP_REWARDS`): ``potential`` (the default: potential-based
   shaping, the sum is ``-baseline`` for every solution, so the PRM moves credit and cannot be gamed),
   ``delta`` (sums to ``p_K - baseline``) or ``shifted`` (``p_k - baseline``, whose sum grows with the
@@ -27,7 +28,6 @@ Metrics: ``prm/step_score`` (mean p over steps), ``prm/steps`` (steps per sample
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -36,22 +36,20 @@ from rlvr.algorithms.process_rewards import STEP_REWARDS, aggregate_step_scores,
 from rlvr.modeling.prm import ProcessRewardModel, completion_step_ends
 from rlvr.rollout.groups import Group
 from rlvr.rollout.reward_scoring import check_same_tokenizer
+from rlvr.rollout.scoring import ScoredGroups, Scorer, StepScores
 from rlvr.verifiers.base import Reward
 
-
-@dataclass
-class StepScores:
-    """One completion's steps: the index of each step's last token and the PRM's probability that it is right."""
-
-    ends: list[int]
-    scores: list[float]
+__all__ = ["ProcessRewardScorer", "StepScores", "build_process_scorer", "step_metrics", "step_reward_tensor",
+           "step_rewards"]
 
 
-class ProcessRewardScorer:
+class ProcessRewardScorer(Scorer):
     """A :class:`~rlvr.modeling.prm.ProcessRewardModel` turned into training rewards (module docstring).
 
-    ``score_groups(groups, runner)`` sets ``group.steps`` (one :class:`StepScores` per completion) and, in
-    aggregate mode, replaces ``group.rewards`` (the verifier's go to ``group.gold``).
+    ``score(groups)``: token level, the verifier's rewards stay the rewards and each completion's
+    :class:`StepScores` carry its step rewards; aggregate, the combined rewards replace them (the verifier's
+    become the gold). It keeps no state across batches (a frozen model: nothing to checkpoint), and
+    :meth:`metrics` are the last batch's ``prm/``.
     """
 
     def __init__(self, config, *, token_level: bool, device: str, dtype: str, tokenizer=None):
@@ -62,54 +60,52 @@ class ProcessRewardScorer:
             check_same_tokenizer(tokenizer, self.prm.tokenizer, config.path, field="process_reward.path",
                                  trained_by="`rlvr train-prm`")
         self.separator = config.separator if config.separator is not None else self.prm.separator
-        self.metrics: dict[str, float] = {}
+        self._metrics: dict[str, float] = {}
 
     def describe(self) -> str:
-        c = self.config
+        section = self.config
         if self.token_level:
-            how = (f"each step's reward {c.coef:g} * {c.step_reward} (baseline {c.baseline:g}) on its last token, plus "
+            how = (f"each step's reward {section.coef:g} * {section.step_reward} (baseline {section.baseline:g}) on its last token, plus "
                    "the verifier's score at the end")
         else:
-            base = "the verifier's score + " if c.combine == "add" else ""
-            how = f"{base}{c.coef:g} * {c.aggregate}(step scores) per sample"
-        return f"process reward: the PRM {c.path} (steps split at {self.separator!r}): {how}"
+            base = "the verifier's score + " if section.combine == "add" else ""
+            how = f"{base}{section.coef:g} * {section.aggregate}(step scores) per sample"
+        return f"process reward: the PRM {section.path} (steps split at {self.separator!r}): {how}"
 
-    def score_groups(self, groups: list[Group], runner=None) -> None:
-        """Score every step of every completion of ``groups`` (``runner``: unused, the reward-model interface)."""
-        c = self.config
+    def score(self, groups: Sequence[Group]) -> ScoredGroups:
+        """Score every step of every completion of ``groups`` (module docstring)."""
+        section = self.config
         prompts = [g.prompt_ids for g in groups for _ in g.completions]
         completions = [list(comp.token_ids) for g in groups for comp in g.completions]
         ends = [completion_step_ends(self.prm.tokenizer, ids, self.separator) for ids in completions]
         scores = self.prm.score_steps(prompts, completions, ends)
-        aggregate = aggregate_step_scores(scores, c.aggregate)  # [N]
-        k = 0
-        for group in groups:
-            group.steps = []
-            outcome = group.rewards
-            if not self.token_level:
-                group.gold, group.rewards = outcome, []
-            for reward in outcome:
-                group.steps.append(StepScores(ends[k], scores[k]))
-                if not self.token_level:
-                    group.rewards.append(self._combined(reward, float(aggregate[k])))
-                k += 1
-        self.metrics = step_metrics(scores, aggregate)
+        aggregate = aggregate_step_scores(scores, section.aggregate)  # [N]
+        self._metrics = step_metrics(scores, aggregate)
+        starts = [0]
+        for g in groups:
+            starts.append(starts[-1] + len(g.completions))
+        rows = [range(a, b) for a, b in zip(starts, starts[1:])]  # each group's completions, in the flat lists
+        outcome = [list(g.rewards) for g in groups]
+        if self.token_level:
+            steps = [[StepScores(ends[k], scores[k], step_rewards(scores[k], section)) for k in row] for row in rows]
+            return ScoredGroups(rewards=outcome, steps=steps)
+        rewards = [[self._combined(reward, float(aggregate[k])) for reward, k in zip(verified, row)]
+                   for verified, row in zip(outcome, rows)]
+        return ScoredGroups(rewards=rewards, gold=outcome)
+
+    def metrics(self) -> dict[str, float]:
+        """The last batch's ``prm/`` metrics (:func:`step_metrics`)."""
+        return dict(self._metrics)
 
     def _combined(self, outcome: Reward, aggregate: float) -> Reward:
         """``outcome + coef * aggregate`` (add; an abstaining verifier adds nothing) or ``coef * aggregate``;
         a sample the verifier failed on stays failed (masked, as verifier.on_failure says)."""
-        c = self.config
+        section = self.config
         components = {"prm": aggregate, **({"outcome": outcome.score} if outcome.status == "ok" else {})}
-        if c.combine == "add" and outcome.failed:
+        if section.combine == "add" and outcome.failed:
             return Reward(0.0, status=outcome.status, components=components, info=outcome.info)
-        base = outcome.score if (c.combine == "add" and outcome.status == "ok") else 0.0
-        return Reward(base + c.coef * aggregate, components=components)
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
+        base = outcome.score if (section.combine == "add" and outcome.status == "ok") else 0.0
+        return Reward(base + section.coef * aggregate, components=components)
 
 
 def step_metrics(scores: Sequence[Sequence[float]], aggregate: torch.Tensor) -> dict[str, float]:
@@ -125,14 +121,17 @@ def step_metrics(scores: Sequence[Sequence[float]], aggregate: torch.Tensor) -> 
     }
 
 
-def step_reward_tensor(groups: Sequence[Group], length: int, config) -> torch.Tensor:
-    """``[N, length]``: ``coef * r_k`` (``r`` by ``config.step_reward``: potential, delta or shifted, from the step
-    scores and ``config.baseline``) at each step's last token of each completion, in the order
-    :func:`rlvr.rollout.batch.collate` lays the groups out; zero elsewhere."""
-    form = STEP_REWARDS[config.step_reward]
+def step_rewards(scores: Sequence[float], config) -> list[float]:
+    """One completion's step rewards ``coef * r_k``: ``r`` by ``config.step_reward`` (potential, delta or
+    shifted: :data:`rlvr.algorithms.process_rewards.STEP_REWARDS`) from its step ``scores`` and ``config.baseline``."""
+    return [config.coef * r for r in STEP_REWARDS[config.step_reward](list(scores), config.baseline)]
+
+
+def step_reward_tensor(groups: Sequence[Group], length: int) -> torch.Tensor:
+    """``[N, length]``: each step's reward (:attr:`StepScores.rewards`, ``coef * r_k``) at the step's last
+    token of each completion, in the order :func:`rlvr.rollout.batch.collate` lays the groups out; zero elsewhere."""
     steps = [s for g in groups for s in g.steps]
-    return step_token_rewards([[config.coef * r for r in form(s.scores, config.baseline)] for s in steps],
-                              [s.ends for s in steps], length)
+    return step_token_rewards([s.rewards for s in steps], [s.ends for s in steps], length)
 
 
 def build_process_scorer(config, device, tokenizer) -> ProcessRewardScorer | None:

@@ -10,9 +10,10 @@ verifiers ran):
     score = combine(proxy, rule-based verifier)   replace: proxy | add: proxy + v | gate: proxy if v passes
 
 The ids are exactly the trainer's: the prompt as ``PromptEncoder`` encoded it and the completion as
-generated (with its EOS when the model stopped), as ``rlvr train-rm`` tokenised its pairs. The
-verifier's own rewards move to ``group.gold``: logged as ``gold/`` next to ``proxy/reward``, never
-optimised (the gold-vs-proxy watch). The results are ordinary :class:`Reward` objects, so advantages
+generated (with its EOS when the model stopped), as ``rlvr train-rm`` tokenised its pairs. The scorer
+implements :class:`rlvr.rollout.scoring.Scorer`: its result's ``gold`` holds the verifier's own rewards
+(``group.gold``: logged as ``gold/`` next to ``proxy/reward``, never optimised: the gold-vs-proxy watch),
+its ``rewards`` the scores. The results are ordinary :class:`Reward` objects, so advantages
 and metrics downstream do not change; their ``components`` hold the ``proxy`` (what is optimised),
 ``rm`` (the reward model's own score: the ensemble over the raw scores, before normalisation and
 clipping: what the gold is watched against) and, for an ensemble, each member's raw score ``rm/<i>``.
@@ -21,15 +22,19 @@ clipping: what the gold is watched against) and, for an ensemble, each member's 
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
 from rlvr.algorithms.preference import combine_rewards
 from rlvr.modeling.reward_model import RewardModel
 from rlvr.rollout.groups import Group, verify_groups
+from rlvr.rollout.scoring import ScoredGroups, Scorer
 from rlvr.verifiers.base import Reward
 from rlvr.verifiers.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    from rlvr.verifiers.runner import VerifierRunner
 
 # ---------------------------------------------------------------------------------------------
 # Normalisation: running moments, merged batch by batch
@@ -95,16 +100,19 @@ COMBINES: dict[str, Callable[..., tuple[float, Reward | None]]] = {
 # ---------------------------------------------------------------------------------------------
 
 
-class RewardScorer:
+class RewardScorer(Scorer):
     """One or more :class:`RewardModel` s turned into training rewards (see the module docstring).
 
-    ``score_groups(groups, runner)`` replaces each group's rewards (keeping the verifier's as
-    ``group.gold``); ``state_dict`` / ``load_state_dict`` carry the running normalisation through
-    checkpoints.
+    ``score(groups)`` returns the combined reward-model scores as the rewards and the verifier's as the
+    gold; ``runner`` scores the partner verifier of ``combine: add | gate`` (``reward_model.verifier``).
+    ``state_dict`` / ``load_state_dict`` carry the running normalisation through checkpoints.
     """
 
-    def __init__(self, config, *, device: str, dtype: str, tokenizer=None):
+    def __init__(self, config, *, device: str, dtype: str, tokenizer=None, runner: "VerifierRunner | None" = None):
         self.config = config
+        self.runner = runner
+        if config.verifier is not None and runner is None:
+            raise ValueError("RewardScorer: reward_model.verifier is set, so a verifier runner is needed to score it")
         self.models = [RewardModel(path, device=device, batch_size=config.batch_size, dtype=dtype)
                        for path in config.members]
         if tokenizer is not None:
@@ -114,62 +122,66 @@ class RewardScorer:
 
     def describe(self) -> str:
         """One line for the start of a run: what the training reward is, and that the verifier only watches."""
-        c = self.config
-        models = ", ".join(f"{path} ({model.head} head)" for path, model in zip(c.members, self.models))
-        ensemble = f", ensemble {c.ensemble}" if len(self.models) > 1 else ""
-        shaping = f"normalize {c.normalize}" + (f", clip {c.clip:g}" if c.clip is not None else "")
-        combine = {"replace": "", "add": f" plus verifier {c.verifier.name if c.verifier else ''}'s score",
-                   "gate": f" where verifier {c.verifier.name if c.verifier else ''} passes ({c.gate_fail_score:g} "
-                           "where it fails)"}[c.combine]
+        section = self.config
+        models = ", ".join(f"{path} ({model.head} head)" for path, model in zip(section.members, self.models))
+        ensemble = f", ensemble {section.ensemble}" if len(self.models) > 1 else ""
+        shaping = f"normalize {section.normalize}" + (f", clip {section.clip:g}" if section.clip is not None else "")
+        combine = {"replace": "", "add": f" plus verifier {section.verifier.name if section.verifier else ''}'s score",
+                   "gate": f" where verifier {section.verifier.name if section.verifier else ''} passes ({section.gate_fail_score:g} "
+                           "where it fails)"}[section.combine]
         return (f"reward: the reward model {models}{ensemble} ({shaping}){combine}; the suites' verifiers only "
                 "watch (gold/ metrics and the evaluation), they are not optimised")
 
     def proxy(self, prompts: Sequence[list[int]], completions: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(proxy [N], raw member scores [M, N])``; running statistics take this batch in first, so
         the first batch is normalised by its own mean and std."""
-        c = self.config
+        section = self.config
         raw = torch.stack([model.score(prompts, completions).double() for model in self.models])  # [M, N]
-        if c.normalize == "running":
+        if section.normalize == "running":
             self.moments = [merge_moments(*m, r) for m, r in zip(self.moments, raw)]
             z = torch.stack([(r - mean) / running_std(n, m2) for (n, mean, m2), r in zip(self.moments, raw)])
-        elif c.normalize == "fixed":
-            z = (raw - c.offset) / c.scale
+        elif section.normalize == "fixed":
+            z = (raw - section.offset) / section.scale
         else:
             z = raw
-        proxy = combine_rewards(z, c.ensemble, k=c.ensemble_k)  # [N]
-        if c.clip is not None:
-            proxy = proxy.clamp(-c.clip, c.clip)
+        proxy = combine_rewards(z, section.ensemble, k=section.ensemble_k)  # [N]
+        if section.clip is not None:
+            proxy = proxy.clamp(-section.clip, section.clip)
         return proxy.float(), raw.float()
 
-    def score_groups(self, groups: list[Group], runner) -> None:
-        """The verifier's rewards become ``group.gold``; the combined reward model score ``group.rewards``."""
-        c = self.config
+    def score(self, groups: Sequence[Group]) -> ScoredGroups:
+        """The combined reward-model scores as the rewards; the groups' (the verifier's) rewards as the gold."""
+        section = self.config
         prompts = [g.prompt_ids for g in groups for _ in g.completions]
         completions = [list(comp.token_ids) for g in groups for comp in g.completions]
         proxy, raw = self.proxy(prompts, completions)
-        rm = combine_rewards(raw, c.ensemble, k=c.ensemble_k)  # [N] the reward model's own score, unnormalised
-        partners = (verify_groups(runner, groups, c.verifier.name, c.verifier.options) if c.verifier is not None
-                    else [[None] * len(g.completions) for g in groups])
-        combine = COMBINES[c.combine]
+        rm = combine_rewards(raw, section.ensemble, k=section.ensemble_k)  # [N] the reward model's own score, unnormalised
+        partners = (verify_groups(self.runner, list(groups), section.verifier.name, section.verifier.options)
+                    if section.verifier is not None else [[None] * len(g.completions) for g in groups])
+        combine = COMBINES[section.combine]
+        rewards: list[list[Reward]] = []
         k = 0
-        for group, partner_row in zip(groups, partners):
-            group.gold, group.rewards = group.rewards, []
+        for partner_row in partners:
+            row = []
             for partner in partner_row:
-                score, failure = combine(float(proxy[k]), partner, min_score=c.gate_min_score, fail_score=c.gate_fail_score)
+                score, failure = combine(float(proxy[k]), partner, min_score=section.gate_min_score, fail_score=section.gate_fail_score)
                 components = {"proxy": float(proxy[k]), "rm": float(rm[k])}
                 if len(self.models) > 1:
                     components.update({f"rm/{m}": float(raw[m, k]) for m in range(len(self.models))})
                 if partner is not None and partner.status == "ok":
-                    components[c.verifier.name] = partner.score
+                    components[section.verifier.name] = partner.score
                 reward = failure or Reward(score)
                 reward.components = components
-                group.rewards.append(reward)
+                row.append(reward)
                 k += 1
+            rewards.append(row)
+        return ScoredGroups(rewards=rewards, gold=[list(g.rewards) for g in groups])
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
+        """The running normalisation's moments, per member."""
         return {"moments": [list(m) for m in self.moments]}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.moments = [(int(n), float(mean), float(m2)) for n, mean, m2 in state["moments"]]
 
 
@@ -183,9 +195,11 @@ def check_same_tokenizer(policy_tokenizer, rm_tokenizer, path: str, *, field: st
             f"{trained_by} from the policy's base model)")
 
 
-def build_reward_scorer(config, device, tokenizer) -> RewardScorer | None:
-    """The run's :class:`RewardScorer`, or None when ``config.reward_model`` is not set."""
+def build_reward_scorer(config, device, tokenizer, runner: "VerifierRunner") -> RewardScorer | None:
+    """The run's :class:`RewardScorer` (``runner`` scores its partner verifier), or None when
+    ``config.reward_model`` is not set."""
     rm = config.reward_model
     if rm is None:
         return None
-    return RewardScorer(rm, device=rm.device or str(device), dtype=rm.dtype or config.model.dtype, tokenizer=tokenizer)
+    return RewardScorer(rm, device=rm.device or str(device), dtype=rm.dtype or config.model.dtype, tokenizer=tokenizer,
+                        runner=runner)

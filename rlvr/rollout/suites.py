@@ -3,6 +3,8 @@ described in the run's first lines (verifier, instruction, chat template, eval o
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any, Iterable, Sequence
 
 from rlvr.rollout.chat import AUTO, ChatTemplate, encode_prompts, resolve_chat_template
@@ -36,13 +38,16 @@ class PromptEncoder:
     Prompts are rendered with ``chat_template`` (``auto``, ``none`` or a Jinja file: see
     :mod:`rlvr.rollout.chat`), or with the template of the suite a problem came from when the suite was
     registered with :meth:`assign` (each training or eval suite may set its own).
+
+    What is kept per problem (its template, its tools) is keyed by :attr:`Problem.key` (suite and id), not
+    by the object: a copied or unpickled problem renders as the one it was copied from.
     """
 
     def __init__(self, tokenizer, chat_template: str | ChatTemplate | None = "auto"):
         self.tokenizer = tokenizer
         self.chat_template = resolve_chat_template(chat_template)
-        self._templates: dict[int, ChatTemplate] = {}  # id(problem) -> its suite's template (problems live all run)
-        self._tools: dict[int, list[dict]] = {}  # id(problem) -> the tools its environment offers (template mode)
+        self._templates: dict[tuple[str, str], ChatTemplate] = {}  # problem.key -> its suite's template
+        self._tools: dict[tuple[str, str], tuple[list[dict], str]] = {}  # problem.key -> (tools, their JSON)
         self._cache: dict[tuple, list[int]] = {}
 
     @classmethod
@@ -56,47 +61,61 @@ class PromptEncoder:
         return encoder
 
     def assign(self, problems: Iterable[Problem], chat_template: str | ChatTemplate) -> None:
-        """Render ``problems`` with ``chat_template`` from now on."""
+        """Render ``problems`` with ``chat_template`` from now on. Two problems of the same key (suite and
+        id) with different templates are refused: one of them would silently render with the other's."""
         template = resolve_chat_template(chat_template)
         for problem in problems:
-            self._templates[id(problem)] = template
+            earlier = self._templates.setdefault(problem.key, template)
+            if earlier != template:
+                raise InvalidValueError(
+                    f"problem {problem.id!r} of suite {problem.suite or '(unnamed)'!r} is assigned two chat templates "
+                    "(two suites with the same problem ids and no suite names); load each suite with its own "
+                    "`suite` name (load_suite(..., suite=...))")
 
     def offer_tools(self, problems: Iterable[Problem], tools: Sequence[dict]) -> None:
         """Render ``problems`` with ``tools`` (JSON schemas) listed by the chat template from now on."""
-        shared = list(tools)  # one list: prompts with the same messages share a cache entry
+        shared = (list(tools), json.dumps(list(tools), sort_keys=True))  # the JSON: part of the cache key
         for problem in problems:
-            self._tools[id(problem)] = shared
+            self._tools[problem.key] = shared
 
     def template_of(self, problem: Problem) -> ChatTemplate:
-        return self._templates.get(id(problem), self.chat_template)
+        return self._templates.get(problem.key, self.chat_template)
+
+    def tools_of(self, problem: Problem) -> list[dict] | None:
+        """The tools listed in ``problem``'s prompt (:meth:`offer_tools`), or None."""
+        tools = self._tools.get(problem.key)
+        return tools[0] if tools else None
 
     def templates(self) -> list[ChatTemplate]:
         """Every chat template this encoder renders prompts with (once each)."""
         return list(dict.fromkeys(self._templates.values())) or [self.chat_template]
 
     def __call__(self, problem: Problem) -> list[int]:
-        template, tools = self.template_of(problem), self._tools.get(id(problem))
-        key = (template, id(tools) if tools else None, tuple((m.get("role", ""), m["content"]) for m in problem.prompt))
+        template, tools = self.template_of(problem), self._tools.get(problem.key)
+        key = (template, tools[1] if tools else None, tuple((m.get("role", ""), m["content"]) for m in problem.prompt))
         ids = self._cache.get(key)
         if ids is None:
-            ids = self._cache[key] = encode_prompts(self.tokenizer, [problem.prompt], template, tools)[0]
+            ids = self._cache[key] = encode_prompts(self.tokenizer, [problem.prompt], template,
+                                                    tools[0] if tools else None)[0]
         return ids
 
 
 def load_suite(task: str, *, path: str | None, split: str, options: dict[str, Any], limit: int | None,
-               chat_template: str | ChatTemplate | None = "auto") -> SuiteProblems:
-    """The problems of one suite (at most ``limit``), described (:class:`SuiteProblems`)."""
-    suite = get_task(task, path=path, split=split, **options)
-    problems = list(suite)
+               chat_template: str | ChatTemplate | None = "auto", suite: str = "") -> SuiteProblems:
+    """The problems of one suite (at most ``limit``), described (:class:`SuiteProblems`); each problem's
+    :attr:`Problem.suite` is ``suite`` (the run's unique name for it, e.g. ``train/gsm8k``), so that what is
+    kept per problem (template, tools) is keyed by a name that survives copies (:attr:`Problem.key`)."""
+    source = get_task(task, path=path, split=split, **options)
+    problems = [dataclasses.replace(p, suite=suite) if suite else p for p in source]
     if limit is not None:
         problems = problems[:limit]
     if not problems:
         where = f" at {path}" if path else ""
         raise InvalidValueError(f"task {task!r} (split {split!r}{where}) holds no problems; check the data file or the suite's options")
-    instruction = getattr(suite, "instruction", None)
+    instruction = getattr(source, "instruction", None)
     return SuiteProblems(problems, task=task, split=split, path=path,
                          instruction=instruction if isinstance(instruction, str) else None,
-                         verifier=getattr(suite, "default_verifier", None) or None,
+                         verifier=getattr(source, "default_verifier", None) or None,
                          chat_template=resolve_chat_template(chat_template))
 
 
@@ -115,7 +134,7 @@ def load_training_suites(data) -> tuple[dict[str, list[Problem]], dict[str, floa
     for entry in data:
         name = suite_name(entry.task, list(suites))
         suites[name] = load_suite(entry.task, path=entry.path, split=entry.split, options=entry.options, limit=entry.limit,
-                                  chat_template=entry.chat_template)
+                                  chat_template=entry.chat_template, suite=f"train/{name}")
         weights[name] = entry.weight
     return suites, weights
 
@@ -140,9 +159,9 @@ def load_eval_suites(config) -> dict[str, list[Problem]]:
         return {}
     suites: dict[str, list[Problem]] = {}
     for entry in eval_entries(config):
-        suites[suite_name(entry.task, list(suites))] = load_suite(
-            entry.task, path=entry.path, split=entry.split, options=entry.options, limit=entry.limit,
-            chat_template=entry.chat_template)
+        name = suite_name(entry.task, list(suites))
+        suites[name] = load_suite(entry.task, path=entry.path, split=entry.split, options=entry.options,
+                                  limit=entry.limit, chat_template=entry.chat_template, suite=f"eval/{name}")
     return suites
 
 

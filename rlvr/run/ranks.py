@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from rlvr.config import CRITIC_PRESETS
+from rlvr.config.compatibility import check_compatibility
 from rlvr.run.checkpoint import restore_states, save_checkpoint, temporary_folder
 from rlvr.run.folder import RunFolder, RunFolderError, prepare_run_folder
 from rlvr.run.runtime import (Distributed, init_distributed, quiet_transformers, rng_state, seed_everything,
@@ -39,9 +39,12 @@ def join_run(config, name: str, *, resume: bool = False, overwrite: bool = False
     """The start every recipe shares, on one process or under torchrun: join the ranks, ``check`` the
     world size, claim the run folder (``config.out`` or ``runs/<name>-<timestamp>``) on rank 0 and
     broadcast its path, seed, set threads. Returns ``(config with out set, folder, dist)``: ``folder`` is
-    a :class:`rlvr.run.folder.RunFolder` that only rank 0 acts on."""
+    a :class:`rlvr.run.folder.RunFolder` that only rank 0 acts on. The ``when="start"`` rules of
+    :mod:`rlvr.config.compatibility` (several ranks, the device) are checked before the folder is claimed."""
     quiet_transformers()
     dist = init_distributed(config.train.device)
+    # the features that do not combine with this world size or device: refused before the folder is claimed
+    check_compatibility(config, "start", world_size=dist.world_size, device=dist.device)
     if check is not None:
         check(dist.world_size)
     error, folder = None, None
@@ -95,26 +98,21 @@ def backward_on_share(batch: list, micro_batch_size: int, loss_of, model, dist: 
 
 
 def check_world_size(config, world_size: int) -> None:
-    """Every rank takes ``prompts_per_step / world_size`` whole groups: the division must be exact."""
-    t, a = config.train, config.algorithm
-    if t.prompts_per_step % world_size:
-        raise InvalidValueError(f"train.prompts_per_step={t.prompts_per_step} is not divisible by the {world_size} "
-                                f"ranks of this run; use a multiple of {world_size}")
-    if t.strategy == "fsdp2" and world_size > 1 and a.preset in CRITIC_PRESETS and config.model.lora is not None:
-        raise InvalidValueError(f"train.strategy: fsdp2 with model.lora cannot train the {a.preset} preset's critic, a "
-                                "second LoRA adapter on the sharded policy; use train.strategy: ddp (LoRA keeps the "
-                                "whole model small) or full fine-tuning")
-    if a.minibatches > t.prompts_per_step // world_size:
-        raise InvalidValueError(f"algorithm.minibatches ({a.minibatches}) cannot exceed train.prompts_per_step per "
-                                f"rank ({t.prompts_per_step // world_size} on {world_size} ranks)")
+    """Every rank takes ``prompts_per_step / world_size`` whole groups: the division must be exact. (What
+    does not combine with several ranks is the compatibility table's, checked by :func:`join_run`.)"""
+    train, algorithm = config.train, config.algorithm
+    if train.prompts_per_step % world_size:
+        raise InvalidValueError(f"train.prompts_per_step={train.prompts_per_step} is not divisible by the "
+                                f"{world_size} ranks of this run; use a multiple of {world_size}")
+    if algorithm.minibatches > train.prompts_per_step // world_size:
+        raise InvalidValueError(f"algorithm.minibatches ({algorithm.minibatches}) cannot exceed train.prompts_per_step "
+                                f"per rank ({train.prompts_per_step // world_size} on {world_size} ranks)")
 
 
 def sharded_run(train, dist: Distributed) -> bool:
     """Whether this run's models are FSDP2-sharded: ``train.strategy: fsdp2`` on several ranks (one
-    process has nothing to shard and runs as ``ddp``). CPU offload needs CUDA (refused otherwise)."""
-    if train.cpu_offload and dist.device.type != "cuda":
-        raise InvalidValueError(f"train.cpu_offload moves shards off a GPU, but this run trains on {dist.device}; "
-                                "remove train.cpu_offload")
+    process has nothing to shard and runs as ``ddp``). CPU offload without CUDA was refused by
+    :func:`join_run` (the compatibility table)."""
     shard = train.strategy == "fsdp2" and dist.world_size > 1
     if dist.is_main and shard:
         print(f"strategy: fsdp2, every parameter, gradient and optimizer state sharded over {dist.world_size} ranks",
