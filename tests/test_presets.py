@@ -29,6 +29,12 @@ EXPECTED = {
                  beta=0.05, kl_estimator="k1", kl_placement="reward", dynamic_sampling=False, overlong="none"),
     "reinforce_pp": dict(advantage="reinforce_pp", policy_loss="ppo_clip", loss_agg="token_mean", clip_low=0.2,
                          clip_high=0.2, beta=0.01, kl_estimator="k1", kl_placement="reward", dynamic_sampling=False),
+    "gspo": dict(advantage="grpo", policy_loss="gspo", loss_agg="seq_mean_token_mean", clip_low=3e-4, clip_high=4e-4,
+                 beta=0.0, dynamic_sampling=False, overlong="none", ppo_epochs=1, minibatches=1),
+    "cispo": dict(advantage="grpo", policy_loss="cispo", loss_agg="token_mean", clip_low=1.0, clip_high=0.28,
+                  beta=0.0, dynamic_sampling=False, overlong="none", ppo_epochs=1, minibatches=1),
+    "gmpo": dict(advantage="grpo", policy_loss="gmpo", loss_agg="seq_mean_token_mean", clip_low=0.4, clip_high=0.4,
+                 beta=0.0, dynamic_sampling=False, overlong="none", ppo_epochs=1, minibatches=1),
     "ppo": dict(advantage="gae", policy_loss="ppo_clip", loss_agg="token_mean", clip_low=0.2, clip_high=0.2, beta=0.05,
                 kl_estimator="k1", kl_placement="reward", ppo_epochs=4, minibatches=4, lam=0.95, gamma=1.0,
                 value_clip=0.2, whiten_advantages=True),
@@ -59,6 +65,9 @@ ADVANTAGES = {
     "grpo": [[1.5, -0.5, -0.5, -0.5], [0.5, 0.5, -1.5, 0.5]],  # deviation / group std
     "dr_grpo": [[0.75, -0.25, -0.25, -0.25], [0.25, 0.25, -0.75, 0.25]],  # deviation only
     "dapo": [[1.5, -0.5, -0.5, -0.5], [0.5, 0.5, -1.5, 0.5]],  # GRPO's
+    "gspo": [[1.5, -0.5, -0.5, -0.5], [0.5, 0.5, -1.5, 0.5]],  # GRPO's
+    "cispo": [[1.5, -0.5, -0.5, -0.5], [0.5, 0.5, -1.5, 0.5]],  # GRPO's
+    "gmpo": [[1.5, -0.5, -0.5, -0.5], [0.5, 0.5, -1.5, 0.5]],  # GRPO's
     "rloo": [[1.0, -1 / 3, -1 / 3, -1 / 3], [1 / 3, 1 / 3, -1.0, 1 / 3]],  # r_i - mean of the other three
     "reinforce_pp": [[_Z, -_Z, -_Z, -_Z], [_Z, _Z, -_Z, _Z]],  # (r - 0.5) / batch std
 }
@@ -123,6 +132,12 @@ K1 = (-LN(2), 0.0, LN(4))
 #   dapo           token_mean, clip-higher: (-1.25 - 1.0 + 0.8) / 3
 #   rloo, reinforce_pp, ppo   token_mean: (-1.2 - 1.0 + 0.8) / 3; their KL is in the reward, not here
 #   reinforce_baseline        vanilla, token_mean: (-1.25 - 1.0 + 0.7) / 3
+#   gspo           one ratio per sequence, the geometric mean: row 0 sqrt(1.25 * 1.0) = 1.118 > 1 + 4e-4 with
+#                  A > 0, row 1 0.7 < 1 - 3e-4 with A < 0: both clipped, ((-1.0004) + 0.9997) / 2 = -0.00035
+#   cispo          token_mean of -w A logp, w = clip(rho, 0, 1.28) = (1.25, 1.0), (0.7):
+#                  (-1.25 ln 0.5 - ln 0.5 + 0.7 ln 0.35) / 3
+#   gmpo           log-ratios within (-0.4, 0.4): row 0 exp((ln 1.25 + 0) / 2) = sqrt(1.25), row 1 0.7:
+#                  seq_mean_token_mean (-sqrt(1.25) + 0.7) / 2
 LOSSES = {
     "grpo": -0.15 + 0.04 * ((K3[0] + K3[1]) / 2 + K3[2]) / 2,
     "dr_grpo": -0.0875,
@@ -131,6 +146,9 @@ LOSSES = {
     "reinforce_pp": -1.4 / 3,
     "ppo": -1.4 / 3,
     "reinforce_baseline": -1.55 / 3,
+    "gspo": (-1.0004 + 0.9997) / 2,
+    "cispo": (-1.25 * math.log(0.5) - math.log(0.5) + 0.7 * math.log(0.35)) / 3,
+    "gmpo": (-math.sqrt(1.25) + 0.7) / 2,
 }
 
 
@@ -199,3 +217,18 @@ def test_entropy_bonus_is_subtracted(fixed_logprobs):
     out.loss.backward()
     assert fixed_logprobs.entropy.grad[0, 0].item() == pytest.approx(-0.01 / 8 / 2)  # raising entropy lowers the loss
     assert fixed_logprobs.entropy.grad[0, 2].item() == 0.0  # padding
+
+
+def test_policy_terms_report_the_importance_weight_metrics(fixed_logprobs):
+    """gspo on the micro-batch above: real-token ratios (1.25, 1.0), (0.7) (padding's 3 does not count); both
+    sequences are clipped whole, so every token is capped."""
+    out, _ = _terms(fixed_logprobs, "gspo")
+    assert out.terms["train/ratio_max"] == pytest.approx(1.25)
+    assert out.terms["train/capped_frac"] == 1.0 and out.terms["train/seq_clip_frac"] == 1.0
+
+
+def test_step_metrics_keep_the_largest_ratio_and_average_the_rest():
+    means = update.TokenMeans()
+    means.add({"train/ratio_max": 2.0, "train/capped_frac": 1.0}, 1.0)
+    means.add({"train/ratio_max": 1.5, "train/capped_frac": 3.0}, 3.0)
+    assert means.means() == {"train/ratio_max": 2.0, "train/capped_frac": 2.5}

@@ -118,6 +118,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold")
     p.add_argument("--greedy", action="store_true", help="greedy decoding (every sample identical: use it with --samples 1)")
     p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per completion")
+    p.add_argument("--stop", action="append", default=[], metavar="STRING",
+                   help="end a completion when its text holds STRING, kept in the text (repeatable; generation.stop)")
+    p.add_argument("--cut-stop", action="store_true", help="cut the --stop string off the completion's text")
     p.add_argument("--verifier", default=None, help="verifier to use instead of the suite's default")
     p.add_argument("--option", action="append", default=[], metavar="k=v", help="verifier option (repeatable)")
     p.add_argument("--workers", type=int, default=None,
@@ -216,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_policy(args.model, dtype=args.dtype, device=str(device)).eval()
     engine = build_engine(args.engine, model, tokenizer)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                              greedy=args.greedy)
+                              greedy=args.greedy, stop=tuple(s for s in args.stop if s), include_stop=not args.cut_stop)
     started = time.perf_counter()
     bar = make_progress(len(problems), f"eval {args.task}", unit="problem")
     with VerifierRunner(workers=args.workers, timeout_s=args.timeout, backend=args.verifier_backend) as runner:

@@ -143,7 +143,8 @@ ENGINE_OLD_LOGPROBS = Feature("algorithm.old_logprobs", "the engine's log-probs 
                               lambda f: f.config.algorithm.old_logprobs == "engine")
 GUIDANCE = Feature("algorithm.guidance", "solution guidance", lambda f: f.config.algorithm.guidance != "none")
 CRITIC_PRESET = Feature("algorithm.preset", "a critic preset (ppo, reinforce_baseline)", _critic)
-CRITIC_FREE_PRESET = Feature("algorithm.preset", "a critic-free preset (grpo, dr_grpo, dapo, rloo, reinforce_pp)",
+CRITIC_FREE_PRESET = Feature("algorithm.preset",
+                             "a critic-free preset (grpo, dr_grpo, dapo, rloo, reinforce_pp, gspo, cispo, gmpo)",
                              lambda f: not _critic(f))
 GAE = Feature("algorithm.advantage", "the gae advantage", lambda f: f.config.algorithm.advantage == "gae")
 GROUP_ADVANTAGE = Feature("algorithm.advantage", "an advantage other than gae",

@@ -8,6 +8,9 @@
     dapo          grpo           token_mean               0.2 / 0.28       0     dynamic sampling, soft overlong punishment
     rloo          rloo           token_mean               0.2 / 0.2        0.05  k1 KL in the reward
     reinforce_pp  reinforce_pp   token_mean               0.2 / 0.2        0.01  k1 KL in the reward
+    gspo          grpo           seq_mean_token_mean      3e-4 / 4e-4      0     policy_loss gspo (the sequence ratio)
+    cispo         grpo           token_mean               1 / 0.28         0     policy_loss cispo (no lower bound)
+    gmpo          grpo           seq_mean_token_mean      0.4 / 0.4 (log)  0     policy_loss gmpo (geometric mean)
 
 and the actor-critic recipe (``rlvr/recipes/ppo.py``, a learned critic in ``critic:``):
 
@@ -52,22 +55,40 @@ class GenerationConfig(Section):
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling: the smallest token set of this "
                          "probability (1 = off)")
     top_k: int = Field(0, ge=0, description="0 = off")
+    stop: list[str] = Field(default_factory=list, description="strings that end a completion (or an episode's turn) "
+                            "when its text holds one, e.g. ['</answer>']: finish_reason stop; its token ids end with "
+                            "the token that completed the string")
+    include_stop: bool = Field(True, description="keep the stop string at the end of the completion's text (what the "
+                               "verifier reads, e.g. a closing </answer> a format check wants); false cuts it off")
     overlong_prompts: Literal["skip", "error"] = Field(
         "skip", description="prompts that leave no room for max_new_tokens in the model's context: left out (counted "
         "and reported at start), or refuse to run")
 
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings_are_not_empty(cls, value: list[str]) -> list[str]:
+        if any(not string for string in value):
+            raise ValueError("every stop string must be non-empty (an empty one would end every completion at once)")
+        return value
+
 
 class AlgorithmConfig(Section):
-    preset: Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo", "reinforce_baseline"] = Field(
+    preset: Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "gspo", "cispo", "gmpo", "ppo",
+                    "reinforce_baseline"] = Field(
         "grpo", description="the recipe whose defaults fill the algorithm keys the config leaves unset (the keys "
         "marked 'set by algorithm.preset'; docs/training.md, Presets); ppo and reinforce_baseline train a critic")
     advantage: str = Field("grpo", description="advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, or a plugin's "
                            "(critic-free presets); gae (the critic presets ppo and reinforce_baseline)")
     policy_loss: str = Field("ppo_clip", description="per-token policy loss: ppo_clip (clipped surrogate), vanilla "
-                             "(unclipped policy gradient), or a plugin's")
+                             "(unclipped policy gradient), gspo (clipped sequence ratio), gspo_token (GSPO's sequence "
+                             "ratio with per-token gradients), cispo (clipped, detached importance weight times "
+                             "log-prob), sapo (soft temperature gate instead of the clip), gmpo (geometric mean of log-clipped "
+                             "ratios; clip_low / clip_high bound the log-ratio), clip_cov / kl_cov (ppo_clip / the policy "
+                             "gradient with high-covariance tokens detached / KL-penalised), or a plugin's")
     loss_agg: str = Field("seq_mean_token_mean", description="loss aggregation: token_mean, seq_mean_token_mean, "
                           "seq_mean_token_sum_norm, or a plugin's")
-    clip_low: float = Field(0.2, ge=0, lt=1, description="PPO clip: the ratio pi/pi_old is kept >= 1 - clip_low")
+    clip_low: float = Field(0.2, ge=0, le=1, description="PPO clip: the ratio pi/pi_old is kept >= 1 - clip_low "
+                            "(1 = no lower bound, cispo's)")
     clip_high: float = Field(0.2, ge=0, description="PPO clip: the ratio pi/pi_old is kept <= 1 + clip_high "
                              "(DAPO's clip-higher raises it)")
     dual_clip: Optional[float] = Field(None, gt=1, description="bound on the loss of negative advantages (e.g. 3)")
@@ -144,6 +165,11 @@ PRESETS: dict[str, dict[str, Any]] = {
                  kl_estimator="k1", kl_placement="reward"),
     "reinforce_pp": dict(advantage="reinforce_pp", loss_agg="token_mean", clip_low=0.2, clip_high=0.2, beta=0.01,
                          kl_estimator="k1", kl_placement="reward"),
+    "gspo": dict(advantage="grpo", policy_loss="gspo", loss_agg="seq_mean_token_mean", clip_low=3e-4, clip_high=4e-4,
+                 beta=0.0),
+    "cispo": dict(advantage="grpo", policy_loss="cispo", loss_agg="token_mean", clip_low=1.0, clip_high=0.28, beta=0.0),
+    "gmpo": dict(advantage="grpo", policy_loss="gmpo", loss_agg="seq_mean_token_mean", clip_low=0.4, clip_high=0.4,
+                 beta=0.0),
     "ppo": dict(advantage="gae", loss_agg="token_mean", clip_low=0.2, clip_high=0.2, beta=0.05, kl_estimator="k1",
                 kl_placement="reward", ppo_epochs=4, minibatches=4, lam=0.95),
     "reinforce_baseline": dict(advantage="gae", policy_loss="vanilla", loss_agg="token_mean", beta=0.05,

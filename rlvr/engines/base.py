@@ -13,13 +13,22 @@ FinishReason = Literal["stop", "length"]
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample. ``greedy=True`` ignores temperature/top_p/top_k and takes the argmax."""
+    """How to sample. ``greedy=True`` ignores temperature/top_p/top_k and takes the argmax.
+
+    ``stop``: strings that end a completion as soon as its decoded text contains one (``finish_reason``
+    ``stop``, like an end-of-sequence token). Its ``token_ids`` end with the token that completed the
+    string (the model learns to stop by emitting it); ``include_stop`` keeps the string at the end of
+    its ``text`` (default: a verifier's format check wants the closing ``</answer>``) or cuts it off.
+    The text ends exactly at the string's end: what the last token decoded to beyond it is dropped.
+    """
 
     max_new_tokens: int = 64
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 = no top-k truncation
     greedy: bool = False
+    stop: tuple[str, ...] = ()
+    include_stop: bool = True
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -28,6 +37,46 @@ class SamplingParams:
             raise ValueError(f"temperature must be > 0 when sampling, got {self.temperature} (use greedy=True)")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must lie in (0, 1], got {self.top_p}")
+        object.__setattr__(self, "stop", tuple(self.stop))  # a list from a config is hashable and frozen too
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError(f"stop strings must be non-empty strings, got {list(self.stop)!r}")
+
+
+def find_stop(text: str, stop: Sequence[str]) -> tuple[int, str] | None:
+    """``(end, string)``: where the earliest-ending stop string in ``text`` ends, and which; None when
+    ``text`` holds none. Earliest end, not earliest start: it is the one generation met first."""
+    best = None
+    for string in stop:
+        start = text.find(string)
+        if start >= 0 and (best is None or start + len(string) < best[0]):
+            best = (start + len(string), string)
+    return best
+
+
+def stop_prefix_length(tokenizer, ids: Sequence[int], stop: Sequence[str]) -> int:
+    """The length of the shortest prefix of ``ids`` whose decoded text holds a stop string (``len(ids)``
+    when none does): the ids a completion keeps, nothing after the token that completed the string.
+    A binary search (a prefix's text holds the string once a shorter one does)."""
+    if find_stop(tokenizer.decode(list(ids), skip_special_tokens=True), stop) is None:
+        return len(ids)
+    low, high = 1, len(ids)  # the answer lies in [low, high]
+    while low < high:
+        middle = (low + high) // 2
+        if find_stop(tokenizer.decode(list(ids[:middle]), skip_special_tokens=True), stop) is None:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+def cut_at_stop(text: str, stop: Sequence[str], include_stop: bool) -> tuple[str, str | None]:
+    """``(text, string)``: ``text`` ended at its first stop string (kept or cut per ``include_stop``),
+    and that string; ``(text, None)`` unchanged when it holds none."""
+    found = find_stop(text, stop)
+    if found is None:
+        return text, None
+    end, string = found
+    return text[: end if include_stop else end - len(string)], string
 
 
 @dataclass
@@ -39,11 +88,12 @@ class Completion:
         text: decoded text without special tokens.
         logprobs: per generated token, log-probability under the sampling policy's full (tempered)
             distribution, ``log softmax(logits / temperature)``; len == len(token_ids).
-        finish_reason: ``stop`` (produced EOS) or ``length`` (hit ``max_new_tokens``).
+        finish_reason: ``stop`` (produced EOS or a stop string) or ``length`` (hit ``max_new_tokens``).
         loss_mask: for a multi-turn episode (``rlvr/rollout/episodes.py``): per token, 1 where the model
             sampled it, 0 where the environment wrote it (its log-prob is then 0); None: all sampled.
         episode: a multi-turn episode's record (:class:`rlvr.rollout.episodes.EpisodeRecord`: turns,
             tool calls, stop reason); ``text`` is then its last assistant message, which the verifier scores.
+        stop_string: the :attr:`SamplingParams.stop` string that ended it; None: it did not end on one.
     """
 
     token_ids: list[int]
@@ -52,6 +102,7 @@ class Completion:
     finish_reason: FinishReason
     loss_mask: list[int] | None = None
     episode: Any = None
+    stop_string: str | None = None
 
 
 #: How an engine gets the policy's weights after an optimizer step (its ``weight_sync`` attribute):

@@ -6,8 +6,11 @@ pushed after each update (``weight_sync = "merged"``). Each distinct prompt is p
 to its n samples; then one token per step for every sequence still running, sampled as ``transformers``'
 ``generate`` samples (temperature, then top-k, then top-p), without its per-step machinery. The
 log-probability of each chosen token under the full tempered distribution is recorded as it is
-drawn, keeping no step's logits beyond the current one. A model that :mod:`rlvr.modeling.fast_forward`
-supports decodes with its shared-prompt forward (a prompt's keys held once, not per sample).
+drawn, keeping no step's logits beyond the current one. With stop strings (``SamplingParams.stop``),
+each step decodes the tail of every running row and ends the row at the token whose text completes
+one (:class:`StopStrings`), so its ids end at the first token whose decoded prefix holds the string.
+A model that :mod:`rlvr.modeling.fast_forward` supports decodes with its shared-prompt forward (a
+prompt's keys held once, not per sample).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Sequence
 import torch
 
 from rlvr.modeling import fast_forward
-from rlvr.engines.base import Completion, SamplingParams, eos_token_ids
+from rlvr.engines.base import Completion, SamplingParams, cut_at_stop, eos_token_ids, find_stop
 from rlvr.modeling.logprobs import cache_argument, output_cache, position_ids
 
 
@@ -53,6 +56,34 @@ def draw(probs: torch.Tensor) -> torch.Tensor:
     cdf = probs.cumsum(dim=-1, dtype=torch.float64)
     u = torch.rand(len(probs), 1, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
+
+
+class StopStrings:
+    """Which rows' generated text now holds a stop string, checked after every step.
+
+    Only a row's last ``window`` tokens are decoded: a string of L characters, first completed by the
+    newest token, lies within its last 4L + 2 tokens (every token but a skipped special one decodes to
+    at least one byte, a character is at most 4 bytes, plus one token that may begin before it), so the
+    check costs the same at every step rather than growing with the completion.
+    """
+
+    def __init__(self, tokenizer, stop: Sequence[str]):
+        self.tokenizer, self.stop = tokenizer, tuple(stop)
+        self.window = 4 * max(len(s) for s in self.stop) + 2
+
+    def hits(self, tokens: list[torch.Tensor], candidates: torch.Tensor) -> torch.Tensor:
+        """``[N] bool``: the rows among ``candidates`` (``[N] bool``) whose tokens so far (``tokens``,
+        one ``[N]`` tensor per step) decode to a text that holds a stop string."""
+        rows = candidates.nonzero().squeeze(1).tolist()
+        hit = torch.zeros_like(candidates)
+        if not rows:
+            return hit
+        tail = torch.stack(tokens[-self.window:], dim=1)[rows].tolist()
+        texts = self.tokenizer.batch_decode(tail, skip_special_tokens=True)
+        for row, text in zip(rows, texts):
+            if find_stop(text, self.stop) is not None:
+                hit[row] = True
+        return hit
 
 
 class HFEngine:
@@ -112,15 +143,16 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            tokens, logprobs = self._decode(input_ids, attention_mask, n, sampling)
+            tokens, logprobs, stopped = self._decode(input_ids, attention_mask, n, sampling)
         finally:
             self.model.train(was_training)
-        return self._to_groups(tokens.cpu(), logprobs.cpu(), len(prompts), n, sampling.max_new_tokens)
+        return self._to_groups(tokens.cpu(), logprobs.cpu(), stopped.cpu(), len(prompts), n, sampling)
 
     def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int,
-                sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(tokens, logp)``, each ``[P * n, T_new]`` grouped by prompt; rows that have finished
-        carry the pad id after their end-of-sequence token."""
+                sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(tokens, logp, stopped)``: tokens and log-probs ``[P * n, T_new]`` grouped by prompt, rows
+        that have finished carrying the pad id after their end-of-sequence token (or stop string's last
+        token); ``stopped [P * n]`` the length of each row that a stop string ended, else 0."""
         if fast_forward.supports(self.model):
             step = self._fast_steps(input_ids, attention_mask, n, sampling.max_new_tokens)
         else:
@@ -128,18 +160,25 @@ class HFEngine:
         logits = next(step)
         eos = torch.tensor(self.eos_ids, device=input_ids.device)
         finished = torch.zeros(len(logits), dtype=torch.bool, device=input_ids.device)
+        stopped = torch.zeros(len(logits), dtype=torch.long, device=input_ids.device)
+        stop_strings = StopStrings(self.tokenizer, sampling.stop) if sampling.stop else None
         tokens, logprobs = [], []
         for index in range(sampling.max_new_tokens):
             token, logp = sample_next(logits, sampling)
             token = token.masked_fill(finished, self.pad_id)
             tokens.append(token)
             logprobs.append(logp)
-            finished |= torch.isin(token, eos)
+            ended = torch.isin(token, eos)
+            if stop_strings is not None:
+                hit = stop_strings.hits(tokens, ~finished & ~ended)
+                stopped.masked_fill_(hit, index + 1)
+                ended |= hit
+            finished |= ended
             if index + 1 == sampling.max_new_tokens or bool(finished.all()):
                 break
             logits = step.send((token, ~finished))
         step.close()
-        return torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)
+        return torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1), stopped
 
     def _fast_steps(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, max_new: int):
         """A generator of next-token logits ``[P * n, V]``: first after the prompts, then after each
@@ -170,15 +209,22 @@ class HFEngine:
             next_position = next_position + 1
             token, _ = yield out.logits[:, -1]
 
-    def _to_groups(self, new_tokens: torch.Tensor, logprobs: torch.Tensor, num_prompts: int, n: int, max_new: int) -> list[list[Completion]]:
+    def _to_groups(self, new_tokens: torch.Tensor, logprobs: torch.Tensor, stopped: torch.Tensor, num_prompts: int,
+                   n: int, sampling: SamplingParams) -> list[list[Completion]]:
         is_eos = torch.isin(new_tokens, torch.tensor(self.eos_ids))
         has_eos = is_eos.any(dim=1)
         first_eos = torch.where(has_eos, is_eos.int().argmax(dim=1), torch.full_like(has_eos, new_tokens.shape[1], dtype=torch.long))
-        lengths = torch.where(has_eos, first_eos + 1, first_eos).tolist()
+        lengths = torch.where(has_eos, first_eos + 1, first_eos)
+        lengths = torch.where(stopped > 0, stopped, lengths).tolist()  # a row ends at its EOS or its stop string
         ids = [row[:length] for row, length in zip(new_tokens.tolist(), lengths)]
         texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        strings: list[str | None] = [None] * len(ids)
+        for k in stopped.nonzero().squeeze(1).tolist():
+            texts[k], strings[k] = cut_at_stop(texts[k], sampling.stop, sampling.include_stop)
         completions = [
-            Completion(token_ids=ids[k], text=texts[k], logprobs=logprobs[k, : lengths[k]].tolist(), finish_reason="stop" if has_eos[k] else "length")
+            Completion(token_ids=ids[k], text=texts[k], logprobs=logprobs[k, : lengths[k]].tolist(),
+                       finish_reason="stop" if has_eos[k] or strings[k] is not None else "length",
+                       stop_string=strings[k])
             for k in range(len(ids))
         ]
         return [completions[i * n : (i + 1) * n] for i in range(num_prompts)]

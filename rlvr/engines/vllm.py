@@ -4,7 +4,9 @@ Generation: each prompt goes in once with ``SamplingParams(n=G)``, so its prefil
 whole group; per-token log-probabilities are the sampler's (``logprobs_mode="processed_logprobs"``:
 after temperature, and after top-p/top-k truncation when those are on, i.e. the distribution that
 actually drew the token). vLLM never sees text: prompts go in as token ids, completions come back as
-ids and are decoded with the trainer's tokenizer, so both engines return identical objects.
+ids and are decoded with the trainer's tokenizer, so both engines return identical objects. Stop
+strings (``SamplingParams.stop``) are therefore matched here after generation: a completion is cut after
+the token that completed one (vLLM samples on to EOS or the budget, and those tokens are dropped).
 
 Weights: after every optimizer step the trainer pushes ``(name, tensor)`` pairs
 (:func:`rlvr.modeling.loading.iter_inference_weights`). With one GPU (or the CPU) vLLM runs in-process and the
@@ -39,7 +41,7 @@ from rlvr.engines.vllm_logging import use_quiet_logging
 use_quiet_logging()
 import vllm  # noqa: E402,F401
 
-from rlvr.engines.base import Completion, SamplingParams, eos_token_ids
+from rlvr.engines.base import Completion, SamplingParams, cut_at_stop, eos_token_ids, find_stop, stop_prefix_length
 from rlvr.run.runtime import rng_state, set_rng_state
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
@@ -148,9 +150,19 @@ class VLLMEngine:
         for output in outputs:
             ids = [list(c.token_ids) for c in output.outputs]
             texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+            strings: list[str | None] = [None] * len(ids)
+            for k in range(len(ids)):
+                # Stop strings are matched here, not by vLLM, which runs without a tokenizer and so has no text
+                # to match on: the ids are cut after the token that completed the string (the tokens before it
+                # are drawn exactly as if vLLM had stopped there), the text decoded from them and cut at it.
+                if sampling.stop and find_stop(texts[k], sampling.stop) is not None:
+                    ids[k] = ids[k][:stop_prefix_length(self.tokenizer, ids[k], sampling.stop)]
+                    texts[k], strings[k] = cut_at_stop(self.tokenizer.decode(ids[k], skip_special_tokens=True),
+                                                       sampling.stop, sampling.include_stop)
             groups.append([
                 Completion(token_ids=ids[k], text=texts[k], logprobs=_chosen_logprobs(c.logprobs, ids[k]),
-                           finish_reason="length" if c.finish_reason == "length" else "stop")
+                           finish_reason="length" if c.finish_reason == "length" and strings[k] is None else "stop",
+                           stop_string=strings[k])
                 for k, c in enumerate(output.outputs)
             ])
         return groups
@@ -298,8 +310,9 @@ def _in_process_worker(llm):
 
 
 def _chosen_logprobs(step_logprobs, token_ids: list[int]) -> list[float]:
-    """Per generated token, its log-probability from vLLM's per-step ``{token_id: Logprob}``."""
-    if step_logprobs is None or len(step_logprobs) != len(token_ids):
+    """Per generated token, its log-probability from vLLM's per-step ``{token_id: Logprob}`` (steps past
+    ``token_ids``, of tokens cut after a stop string, are left out)."""
+    if step_logprobs is None or len(step_logprobs) < len(token_ids):
         raise RuntimeError("vLLM returned no log-probabilities for a completion (was logprobs=0 dropped?)")
     return [step[token].logprob for step, token in zip(step_logprobs, token_ids)]
 

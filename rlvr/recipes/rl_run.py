@@ -135,7 +135,7 @@ class RLRun(Run):
         copy = generation_copy(self.policy, config.model.dtype, dist.device) \
             if config.engine.name == "hf" and needs_engine_copy(self.policy) else None
         self.sampling = SamplingParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p,
-                                       top_k=gen.top_k)
+                                       top_k=gen.top_k, stop=tuple(gen.stop), include_stop=gen.include_stop)
         worker = self._generator_process()  # asynchronous generation: the HF engine in a process of its own
         self.engine, self.sync = start_engine(config.engine, self.policy, self.tokenizer, dtype=config.model.dtype,
                                               context=context, copy=copy, built=worker,

@@ -107,6 +107,9 @@ def policy_terms(policy, micro: Batch, settings: UpdateSettings, *, num_seqs: in
         "train/dual_clip_frac": stats.dual_clip_frac,
         "train/ratio_mean": stats.ratio_mean,
         "train/approx_kl_old": stats.approx_kl,
+        "train/ratio_max": stats.ratio_max,
+        "train/capped_frac": stats.capped_frac,
+        "train/seq_clip_frac": stats.seq_clip_frac,
     })
     if weights is not None:
         terms["train/off_policy_weight_mean"] = masked_mean(weights, micro.response_mask)
@@ -126,19 +129,24 @@ def off_policy_weights(algo, old_logp: torch.Tensor, micro: Batch) -> tuple[torc
 
 
 class TokenMeans:
-    """Token-weighted running means of per-micro-batch diagnostics (``add`` then ``means``)."""
+    """Token-weighted running means of per-micro-batch diagnostics (``add`` then ``means``); a key
+    ending in ``_max`` keeps the largest value instead (e.g. ``train/ratio_max``)."""
 
     def __init__(self):
         self.sums: dict[str, float] = {}
+        self.maxima: dict[str, float] = {}
         self.weight = 0.0
 
     def add(self, terms: dict[str, float], weight: float) -> None:
         for key, value in terms.items():
-            self.sums[key] = self.sums.get(key, 0.0) + value * weight
+            if key.endswith("_max"):
+                self.maxima[key] = max(self.maxima.get(key, value), value)
+            else:
+                self.sums[key] = self.sums.get(key, 0.0) + value * weight
         self.weight += weight
 
     def means(self) -> dict[str, float]:
-        return {key: value / max(self.weight, 1e-9) for key, value in self.sums.items()}
+        return {**{key: value / max(self.weight, 1e-9) for key, value in self.sums.items()}, **self.maxima}
 
 
 class Mismatch:

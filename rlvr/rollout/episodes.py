@@ -13,7 +13,13 @@ the prompt, ``loss_mask`` 1 on sampled tokens and 0 on environment tokens (log-p
 ``text`` its last assistant message (what the verifier scores), ``finish_reason`` ``length`` when the
 token budget cut it (a turn cut, or an environment reply that no longer fits) and ``stop`` otherwise
 (``max_turns`` included: the model finished its last turn, so the verifier reads it as a final
-answer), and ``episode`` its :class:`EpisodeRecord`. It ends with one stop reason:
+answer), and ``episode`` its :class:`EpisodeRecord`.
+
+Stop strings (``generation.stop``) end a turn as an end-of-turn token does: the turn is finished
+(``finish_reason`` ``stop``), its text (the stop string kept or cut, ``generation.include_stop``) goes
+to the environment, which answers. In the ``template`` message format the chat template's end-of-turn
+token, which the model did not sample, is appended before the environment's messages as an environment
+token (loss mask 0), so the context stays in the template's form. It ends with one stop reason:
 
     eos         the model ended its turn and the environment had nothing to add (the final answer)
     env_done    the environment ended it
@@ -94,6 +100,7 @@ class _Running:
         self.logprobs: list[float] = []
         self.mask: list[int] = []
         self.last_text = ""
+        self.unclosed_turn = False  # the last turn ended on a stop string, not on the end-of-turn token
         self.cut = False
         self.closed = environment is None  # nothing to close without an environment
         self.record = EpisodeRecord()
@@ -208,6 +215,7 @@ class EpisodeRunner:
         for episode, turn in zip(episodes, turns):
             episode.append(turn.token_ids, turn.logprobs, sampled=True)
             episode.last_text = turn.text
+            episode.unclosed_turn = turn.stop_string is not None
             episode.record.turns += 1
             episode.record.messages.append({"role": "assistant", "content": turn.text})
             episode.cut = turn.finish_reason == "length"  # also for an episode that failed at its start
@@ -249,7 +257,7 @@ class EpisodeRunner:
             episode.end("max_tokens", cut=True)  # a megabyte is never tokenised
             return
         try:
-            ids = episode.messages.encode(messages)
+            ids = _turn_closing(episode) + episode.messages.encode(messages)
         except Exception as exc:  # a message the chat template cannot render is the environment's reply's fault
             episode.end("error", f"the environment's reply could not be encoded: {type(exc).__name__}: {exc}")
             return
@@ -272,6 +280,15 @@ class EpisodeRunner:
             failure = _failure(outcome, "close()", episode.deadline_s)
             if failure is not None and episode.record.stop != "error":
                 episode.record.stop, episode.record.error = "error", _short(failure)
+
+
+def _turn_closing(episode: _Running) -> list[int]:
+    """The end-of-turn token to write after a turn that a stop string ended, in the ``template`` message
+    format (whose rendering of the environment's messages starts right after that token); else none."""
+    eos_text = getattr(episode.messages, "eos_text", None)
+    if not episode.unclosed_turn or not eos_text:
+        return []
+    return [episode.messages.tokenizer.convert_tokens_to_ids(eos_text)]
 
 
 def _failure(outcome: Outcome, call: str, deadline_s: float) -> str | None:

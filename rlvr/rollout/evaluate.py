@@ -254,7 +254,7 @@ def evaluate_suites(engine: Engine, encode, suites: dict[str, Sequence[Problem]]
     sampling = SamplingParams(
         max_new_tokens=eval_config.max_new_tokens or generation.max_new_tokens,
         temperature=generation.temperature, top_p=generation.top_p, top_k=generation.top_k,
-        greedy=eval_config.greedy,
+        greedy=eval_config.greedy, stop=tuple(generation.stop), include_stop=generation.include_stop,
     )
     metrics: dict[str, float] = {}
     accuracies = []
