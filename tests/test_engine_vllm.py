@@ -91,6 +91,25 @@ def test_generation_matches_the_trainer_and_the_hf_engine(full):
     assert [g[0].token_ids for g in engine.generate(prompts, 1, greedy)] == [g[0].token_ids for g in hf]
 
 
+def test_stop_strings_end_completions_as_on_the_hf_engine(full):
+    """``SamplingParams.stop`` on vLLM: the same ids, text (the string kept or cut) and finish reason as
+    the HF engine's greedy decoding, the ids ending at the token that completed the string."""
+    policy, tokenizer, engine = full
+    prompts = _prompts(tokenizer, ["5+6=", "7+8=", "9+6=", "2+2="])
+    for include_stop in (True, False):
+        sampling = SamplingParams(max_new_tokens=8, greedy=True, stop=["1", "5"], include_stop=include_stop)
+        ours = [g[0] for g in engine.generate(prompts, 1, sampling)]
+        theirs = [g[0] for g in HFEngine(policy, tokenizer).generate(prompts, 1, sampling)]
+        assert any(c.stop_string for c in ours)
+        for c, hf in zip(ours, theirs):
+            assert (c.token_ids, c.text, c.finish_reason, c.stop_string) == \
+                (hf.token_ids, hf.text, hf.finish_reason, hf.stop_string)
+            assert len(c.logprobs) == len(c.token_ids)
+            if c.stop_string:
+                assert tokenizer.decode(c.token_ids, skip_special_tokens=True).endswith(c.stop_string)
+                assert c.text.endswith(c.stop_string) == include_stop
+
+
 def test_large_groups_are_distinct_samples_even_for_a_repeated_prompt(full):
     policy, tokenizer, engine = full
     prompt = _prompts(tokenizer, ["7+8="])[0]
@@ -369,23 +388,3 @@ def test_tensor_parallel_engines_are_refused_under_several_ranks(full, monkeypat
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
     with pytest.raises(ValueError, match="tensor_parallel_size must be 1 under torchrun"):
         build_engine("vllm", policy, tokenizer, tensor_parallel_size=2)
-
-
-
-def test_stop_strings_end_completions_as_on_the_hf_engine(full):
-    """``SamplingParams.stop`` on vLLM: the same ids, text (the string kept or cut) and finish reason as
-    the HF engine's greedy decoding, the ids ending at the token that completed the string."""
-    policy, tokenizer, engine = full
-    prompts = _prompts(tokenizer, ["5+6=", "7+8=", "9+6=", "2+2="])
-    for include_stop in (True, False):
-        sampling = SamplingParams(max_new_tokens=8, greedy=True, stop=["1", "5"], include_stop=include_stop)
-        ours = [g[0] for g in engine.generate(prompts, 1, sampling)]
-        theirs = [g[0] for g in HFEngine(policy, tokenizer).generate(prompts, 1, sampling)]
-        assert any(c.stop_string for c in ours)
-        for c, hf in zip(ours, theirs):
-            assert (c.token_ids, c.text, c.finish_reason, c.stop_string) == \
-                (hf.token_ids, hf.text, hf.finish_reason, hf.stop_string)
-            assert len(c.logprobs) == len(c.token_ids)
-            if c.stop_string:
-                assert tokenizer.decode(c.token_ids, skip_special_tokens=True).endswith(c.stop_string)
-                assert c.text.endswith(c.stop_string) == include_stop
