@@ -107,6 +107,7 @@ GENERATOR = "tests/test_async_generation.py::test_the_generator_process_samples_
 ADV = "rlvr.algorithms.advantages"
 LOSSES = "rlvr.algorithms.losses"
 POLICY_LOSS_TESTS = "tests/test_policy_losses.py::"
+MISMATCH = "tests/test_mismatch_correction.py::"
 
 MUTANTS: list[Mutant] = [
     # ---- advantage estimators: the registry the recipe reads, and the formulas ----------------------
@@ -380,6 +381,20 @@ MUTANTS: list[Mutant] = [
            tests=(POLICY_LOSS_TESTS + "test_stats_ratio_max_capped_and_sequence_clip_fractions",)),
     Mutant("step-metrics-ratio-max-averaged", "rlvr.recipes.update:TokenMeans.add", 'if key.endswith("_max"):',
            "if False:", tests=(PRESETS + "test_step_metrics_keep_the_largest_ratio_and_average_the_rest",)),
+    Mutant("gspo-dual-clip-frac-on-token-ratios", f"{LOSSES}:_dual_clipped_ratio", "if loss in _SEQUENCE_RATIO_LOSSES:",
+           "if False:", tests=(POLICY_LOSS_TESTS + "test_gspo_dual_clip_fraction_counts_sequence_ratios",)),
+    Mutant("loss-options-not-passed", f"{LOSSES}:policy_loss", "**extra, **(options or {}))", "**extra)",
+           tests=(POLICY_LOSS_TESTS + "test_loss_options_reach_the_loss_and_are_checked_by_name_and_value",)),
+    # ---- the engine-trainer mismatch, corrected by default ----------------------------------------------------
+    Mutant("mismatch-auto-never-corrects", "rlvr.recipes.update:resolve_off_policy",
+           'return "none" if engine_is_exact(config) else "token_tis"', 'return "none"',
+           tests=(MISMATCH + "test_auto_corrects_exactly_when_the_engine_is_not_the_trainer",
+                  MISMATCH + "test_a_run_with_a_mismatched_engine_is_corrected_and_logs_the_mismatch")),
+    Mutant("mismatch-kl-k1-not-k3", "rlvr.recipes.update:Mismatch.add", "(log_ratio.exp() - 1.0 - log_ratio)",
+           "(-log_ratio)", tests=(MISMATCH + "test_a_run_with_a_mismatched_engine_is_corrected_and_logs_the_mismatch",)),
+    Mutant("tis-weights-inverted", f"{OFF_POLICY}:token_tis", "_log_ratio(prox_logp, behav_logp).exp()",
+           "(-_log_ratio(prox_logp, behav_logp)).exp()",
+           tests=(MISMATCH + "test_truncated_importance_weights_turn_another_policy_s_samples_into_the_trainer_s_gradient",)),
 ]
 
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -12,6 +12,7 @@ import torch
 import yaml
 
 from rlvr.recipes import grpo
+from rlvr.recipes.update import resolve_off_policy
 from rlvr.config import RunConfig, build_config
 from rlvr.run.tracking import read_metrics
 from rlvr.verifiers import Reward, register_verifier
@@ -88,7 +89,7 @@ def test_presets_and_multi_pass_updates_run(taught_model, tmp_path, overrides):
     if config.algorithm.ppo_epochs * config.algorithm.minibatches > 1:
         assert all(r["train/optimizer_steps"] == config.algorithm.ppo_epochs * config.algorithm.minibatches for r in steps)
         assert any(abs(r["train/ratio_mean"] - 1) > 1e-6 for r in steps)  # later minibatches are off-policy
-    if config.algorithm.off_policy != "none":  # pi_old recomputed, the HF engine exact in float32: rho = 1
+    if resolve_off_policy(config) != "none":  # pi_old recomputed, the HF engine exact in float32: rho = 1
         assert all(r["train/off_policy_weight_mean"] == pytest.approx(1.0, abs=1e-4) for r in steps)
         assert all(r["train/off_policy_kept_frac"] == 1.0 for r in steps)
 

@@ -275,3 +275,40 @@ def test_stats_ratio_max_capped_and_sequence_clip_fractions():
     assert stats.capped_frac == pytest.approx(3 / 5) and stats.seq_clip_frac == 0.5
     _, _, token_stats = _grad("cispo", CISPO_LOGP, CISPO_OLD, CISPO_ADV, CISPO_MASK, clip_low=0.3, clip_high=0.28)
     assert token_stats.capped_frac == pytest.approx(2 / 3) and token_stats.seq_clip_frac == 0.5  # row 1: one token, capped
+
+
+def test_gspo_dual_clip_fraction_counts_sequence_ratios():
+    """Row 1 (A = -1): token ratios (e^2, e^-2), sequence ratio e^0 = 1. ppo_clip's dual clip (3) binds the
+    first token; GSPO's compares the sequence ratio, which is below 3, so no token counts. Row 0 (A = -1)
+    has token ratios (e^1.5, e^1.5): sequence ratio e^1.5 = 4.48 > 3, both its tokens count for both."""
+    old = torch.zeros(2, 2, dtype=F64)
+    logp = torch.tensor([[1.5, 1.5], [2.0, -2.0]], dtype=F64)
+    mask, adv = torch.ones(2, 2, dtype=F64), torch.tensor([-1.0, -1.0], dtype=F64)
+    _, _, token = _grad("ppo_clip", logp, old, adv, mask, clip_low=0.2, clip_high=0.2, dual_clip=3.0)
+    _, _, sequence = _grad("gspo", logp, old, adv, mask, clip_low=0.2, clip_high=0.2, dual_clip=3.0)
+    _, _, ignored = _grad("cispo", logp, old, adv, mask, clip_low=1.0, clip_high=0.28, dual_clip=3.0)
+    assert token.dual_clip_frac == pytest.approx(3 / 4)
+    assert sequence.dual_clip_frac == pytest.approx(2 / 4)
+    assert ignored.dual_clip_frac == 0.0  # cispo ignores the dual clip
+
+
+def test_loss_options_reach_the_loss_and_are_checked_by_name_and_value():
+    """algorithm.loss_options: SAPO's temperature changes the gate (tau_pos 2 at rho = 2: 4/2 sigmoid(2));
+    a misspelt option, an option of another loss and a bad value are refused when the config loads."""
+    from rlvr.config import ConfigError, RunConfig, build_config
+
+    logp, old = torch.tensor([[LN(2.0)]], dtype=F64), torch.zeros(1, 1, dtype=F64)
+    loss, _ = policy_loss(logp, old, torch.tensor([1.0], dtype=F64), torch.ones(1, 1, dtype=F64), loss="sapo",
+                          agg="token_mean", options={"tau_pos": 2.0})
+    assert loss.item() == pytest.approx(-4 / 2 * _sigmoid(2.0), abs=1e-12)
+    base = {"model": {"path": "unused"}, "data": [{"task": "arithmetic"}]}
+    config = build_config(RunConfig, base, ["algorithm.policy_loss=kl_cov", "algorithm.loss_options={ratio: 0.01, coef: 0.5}"])
+    assert config.algorithm.loss_options == {"ratio": 0.01, "coef": 0.5}
+    for overrides, message in [
+        (["algorithm.policy_loss=sapo", "algorithm.loss_options={tau_poss: 2}"], "has no option.*tau_poss.*tau_pos, tau_neg"),
+        (["algorithm.loss_options={ratio: 0.01}"], "policy loss 'ppo_clip' has no option"),
+        (["algorithm.policy_loss=sapo", "algorithm.loss_options={tau_neg: 0}"], "must be > 0"),
+        (["algorithm.policy_loss=clip_cov", "algorithm.loss_options={cov_low: 5, cov_high: 1}"], "cov_low < cov_high"),
+    ]:
+        with pytest.raises(ConfigError, match=f"algorithm.loss_options: .*{message}"):
+            build_config(RunConfig, base, overrides)

@@ -293,8 +293,10 @@ def sapo(
     The gradient weight 4 sigma (1 - sigma) rho is 1 at rho = 1 (on-policy it is the REINFORCE /
     ``ppo_clip`` gradient exactly) and decays smoothly as rho leaves 1, instead of dropping to 0 at a
     hard boundary. No token's gradient is stopped, so the clip masks are empty; ``clip_low``,
-    ``clip_high`` and ``dual_clip`` are ignored (the temperatures are the paper's, fixed).
+    ``clip_high`` and ``dual_clip`` are ignored (the temperatures: ``algorithm.loss_options``).
     """
+    if not (tau_pos > 0 and tau_neg > 0):
+        raise ValueError(f"sapo's temperatures tau_pos and tau_neg must be > 0, got {tau_pos} and {tau_neg}")
     adv = advantages if advantages.dim() == logp.dim() else advantages.unsqueeze(-1)
     ratio = torch.exp(logp - old_logp)
     tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))
@@ -399,6 +401,9 @@ def clip_cov(
     """
     if mask is None:
         raise ValueError("clip_cov needs the response mask (mask=)")
+    if not (0 < ratio <= 1 and cov_low < cov_high):
+        raise ValueError(f"clip_cov needs 0 < ratio <= 1 and cov_low < cov_high, got ratio {ratio}, bounds "
+                         f"({cov_low}, {cov_high})")
     loss, low, high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high, dual_clip)
     m = mask.bool()
     cov = token_covariance(logp, advantages, mask)
@@ -438,6 +443,8 @@ def kl_cov(
     """
     if mask is None:
         raise ValueError("kl_cov needs the response mask (mask=)")
+    if not (0 < ratio <= 1 and coef >= 0):
+        raise ValueError(f"kl_cov needs 0 < ratio <= 1 and coef >= 0, got ratio {ratio}, coef {coef}")
     adv = advantages if advantages.dim() == logp.dim() else advantages.unsqueeze(-1)
     log_ratio = logp - old_logp
     loss = -adv * torch.exp(log_ratio)
@@ -449,6 +456,51 @@ def kl_cov(
         penalised.view(-1)[torch.topk(cov, min(count, int(m.sum()))).indices] = True
     loss = torch.where(penalised, loss + coef * log_ratio.abs(), loss)
     return loss, torch.zeros_like(penalised), penalised
+
+
+#: The arguments every policy loss is called with; anything else a loss names is one of its options.
+_LOSS_ARGUMENTS = ("logp", "old_logp", "advantages", "clip_low", "clip_high", "dual_clip", "mask")
+
+
+def check_loss_options(name: str, options: dict) -> None:
+    """ValueError unless every key of ``options`` is a parameter that policy loss ``name`` names (beyond
+    :data:`_LOSS_ARGUMENTS`; a ``**kwargs`` catch-all does not count, so a misspelt option is caught)
+    and the loss accepts their values: it is run once on a one-token batch with them."""
+    fn = POLICY_LOSSES.get(name)
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to check against
+        return
+    valid = [p.name for p in params if p.name not in _LOSS_ARGUMENTS and p.kind in
+             (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"policy loss {name!r} has no option(s) {', '.join(unknown)}; its options: "
+                         f"{', '.join(valid) or '(none)'}")
+    one = torch.zeros(1, 1)
+    extra = {"mask": torch.ones(1, 1)} if _takes_mask(fn) else {}
+    try:
+        fn(one, one, torch.ones(1), **extra, **options)
+    except TypeError as exc:  # e.g. a string where a number goes
+        raise ValueError(f"policy loss {name!r}: bad option value ({exc})") from None
+
+
+#: The built-in losses whose dual clip bounds the sequence ratio (the rest that apply it: the token ratio).
+_SEQUENCE_RATIO_LOSSES = ("gspo", "gspo_token")
+#: The built-in losses that ignore ``dual_clip`` (their weight is bounded otherwise, or nothing is clipped).
+_NO_DUAL_CLIP_LOSSES = ("vanilla", "cispo", "sapo", "gmpo", "kl_cov")
+
+
+def _dual_clipped_ratio(loss: str, logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor,
+                        token_ratio: torch.Tensor) -> torch.Tensor | None:
+    """The ratio ``[B, T]`` that loss ``loss``'s dual clip compares with ``dual_clip`` (for
+    ``train/dual_clip_frac``): GSPO's sequence ratio on each of its tokens, the token ratio for
+    ``ppo_clip`` / ``clip_cov`` and plugins, None for a loss that ignores the dual clip."""
+    if loss in _NO_DUAL_CLIP_LOSSES:
+        return None
+    if loss in _SEQUENCE_RATIO_LOSSES:
+        return _sequence_log_ratio(logp, old_logp, mask).exp().unsqueeze(-1).expand_as(logp)
+    return token_ratio
 
 
 def _takes_mask(fn: Callable) -> bool:
@@ -482,14 +534,16 @@ def policy_loss(
     num_tokens: float | None = None,
     max_len: int | None = None,
     token_weights: torch.Tensor | None = None,
+    options: dict | None = None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
     """The per-token policy loss ``loss`` (default: the clipped surrogate, :func:`clipped_surrogate`)
     reduced with aggregation ``agg``, and its diagnostics. ``token_weights`` (no gradient, e.g.
-    :mod:`rlvr.algorithms.off_policy`) scale each token's loss before the reduction."""
+    :mod:`rlvr.algorithms.off_policy`) scale each token's loss before the reduction; ``options`` are
+    the loss's own keyword options (``algorithm.loss_options``, e.g. SAPO's temperatures)."""
     per_token = POLICY_LOSSES.get(loss)
     extra = {"mask": mask} if _takes_mask(per_token) else {}
     loss_t, low, high = per_token(logp, old_logp, advantages, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip,
-                                  **extra)
+                                  **extra, **(options or {}))
     if token_weights is not None:
         loss_t = loss_t * token_weights.detach()
     total = aggregate(loss_t, mask, agg, num_seqs=num_seqs, num_tokens=num_tokens, max_len=max_len)
@@ -498,7 +552,8 @@ def policy_loss(
         n = m.sum().clamp(min=1)
         adv = advantages if advantages.dim() == logp.dim() else advantages.unsqueeze(-1).expand_as(logp)
         ratio = torch.exp(logp - old_logp)
-        dual = (adv < 0) & (ratio > dual_clip) if dual_clip is not None else torch.zeros_like(m)
+        clipped_ratio = _dual_clipped_ratio(loss, logp, old_logp, mask, ratio) if dual_clip is not None else None
+        dual = (adv < 0) & (clipped_ratio > dual_clip) if clipped_ratio is not None else torch.zeros_like(m)
         stats = PolicyLossStats(
             clip_frac_low=float((low & m).sum() / n),
             clip_frac_high=float((high & m).sum() / n),

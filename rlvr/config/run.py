@@ -85,6 +85,10 @@ class AlgorithmConfig(Section):
                              "log-prob), sapo (soft temperature gate instead of the clip), gmpo (geometric mean of log-clipped "
                              "ratios; clip_low / clip_high bound the log-ratio), clip_cov / kl_cov (ppo_clip / the policy "
                              "gradient with high-covariance tokens detached / KL-penalised), or a plugin's")
+    loss_options: dict[str, Any] = Field(
+        default_factory=dict, description="keyword options of algorithm.policy_loss beyond the clip range, e.g. "
+        "{tau_pos: 1.0, tau_neg: 1.05} (sapo's gate temperatures), {ratio: 2e-4, cov_low: 1, cov_high: 5} (clip_cov), "
+        "{ratio: 2e-3, coef: 1} (kl_cov); the paper's values when unset (docs/training.md)")
     loss_agg: str = Field("seq_mean_token_mean", description="loss aggregation: token_mean, seq_mean_token_mean, "
                           "seq_mean_token_sum_norm, or a plugin's")
     clip_low: float = Field(0.2, ge=0, le=1, description="PPO clip: the ratio pi/pi_old is kept >= 1 - clip_low "
@@ -104,13 +108,14 @@ class AlgorithmConfig(Section):
         "or a recomputing pass; auto = engine for the hf engine in float32, else recompute",
     )
     off_policy: str = Field(
-        "none", description="off-policy correction between the engine's sampling policy and pi_old "
+        "auto", description="off-policy correction between the engine's sampling policy and pi_old "
         "(rlvr/algorithms/off_policy.py): none, token_tis (weights min(rho, cap)), seq_mask (drop sequences whose "
         "geometric-mean rho is beyond [1/cap, cap]), decoupled (AReaL: weights rho, tokens with rho > cap dropped), "
-        "or a plugin's")
+        "or a plugin's; auto = none when the engine's log-probs are the trainer's own (the hf engine in float32, "
+        "synchronous), decoupled with asynchronous generation (max_staleness >= 1), else token_tis (vLLM, bf16/fp16)")
     off_policy_cap: float = Field(2.0, ge=1, description="the bound of algorithm.off_policy on rho = pi_old / pi_engine")
     _known_correction = field_validator("off_policy")(
-        lambda cls, v: registered("rlvr.algorithms.off_policy:OFF_POLICY_CORRECTIONS", v))
+        lambda cls, v: v if v == "auto" else registered("rlvr.algorithms.off_policy:OFF_POLICY_CORRECTIONS", v))
     dynamic_sampling: bool = Field(False, description="drop groups whose accuracy has zero variance and refill (DAPO)")
     max_resample_rounds: int = Field(4, ge=0, description="extra generation rounds to refill a dynamic-sampling batch")
     guidance: Literal["none", "solution"] = Field(
@@ -147,6 +152,20 @@ class AlgorithmConfig(Section):
             raise FieldError("tis_cap", f"removed; write algorithm.off_policy: token_tis and algorithm.off_policy_cap: "
                              f"{raw['tis_cap'] if raw['tis_cap'] is not None else 'C'} instead")
         return raw
+
+    @model_validator(mode="after")
+    def _loss_options_fit_the_loss(self) -> "AlgorithmConfig":
+        """Each of ``loss_options`` is a named option of ``policy_loss`` and its value is one the loss takes:
+        the loss runs once on a one-token batch with them, so its own checks speak now, not mid-run."""
+        if not self.loss_options:
+            return self
+        from rlvr.algorithms.losses import check_loss_options
+
+        try:
+            check_loss_options(self.policy_loss, self.loss_options)
+        except ValueError as exc:
+            raise FieldError("loss_options", str(exc)) from None
+        return self
 
     _known_advantage = field_validator("advantage")(
         lambda cls, v: v if v == "gae" else registered("rlvr.algorithms.advantages:ADVANTAGE_ESTIMATORS", v))

@@ -153,6 +153,11 @@ class RLRun(Run):
         if self.scorer is not None and dist.is_main:
             print(self.scorer.describe(), flush=True)
         self.settings = UpdateSettings.from_config(config, dist, episodes=self.episodes is not None)
+        if dist.is_main and config.algorithm.off_policy == "auto" and self.settings.off_policy != "none":
+            print(f"off-policy correction: {self.settings.off_policy} (algorithm.off_policy: auto; the engine's "
+                  f"log-probs are not the trainer's own: engine {config.engine.name}, {config.model.dtype}, "
+                  f"max_staleness {config.async_generation.max_staleness}; mismatch/kl is logged every step)",
+                  flush=True)
         self.alarms = Alarms(config.log.alarm_patience, window=config.log.gold_window,
                              reference=config.log.gold_reference)
         # with gold_vs_proxy in log.stop_on, the policy of the best gold window is kept to be the final one
@@ -176,7 +181,7 @@ class RLRun(Run):
         if self.dist.is_main:
             print(f"async generation: max_staleness {section.max_staleness}, a generator process on {device} with "
                   f"{threads} thread(s) beside the trainer's {torch.get_num_threads()}", flush=True)
-            if section.max_staleness > 0 and config.algorithm.off_policy == "none":
+            if section.max_staleness > 0 and config.algorithm.off_policy == "none":  # (auto picks decoupled)
                 print("warning: async generation trains on samples of an older policy without an off-policy "
                       "correction; algorithm.off_policy: decoupled recovered most of what staleness 1 cost the "
                       "quickstart (docs/async-generation.md)", flush=True)

@@ -33,6 +33,7 @@ class UpdateSettings:
     micro_batch_size: int
     grad_clip: float
     old_logprobs: str  # "engine" | "recompute": where pi_old comes from when a batch is used twice
+    off_policy: str = "none"  # the correction between pi_old and the engine's policy, "auto" resolved (resolve_off_policy)
     dist: Distributed = field(default_factory=Distributed)  # the ranks: global counts, summed gradients
     micro_batch_tokens: int | None = None  # a token budget per micro-batch (None: micro_batch_size rows each)
 
@@ -41,14 +42,13 @@ class UpdateSettings:
         """``episodes``: the run plays multi-turn episodes, whose rows are up to
         ``environment.max_episode_tokens`` long (the ``max_len`` then)."""
         source = config.algorithm.old_logprobs
-        if source == "auto":  # the HF engine in float32 computes exactly the trainer's log-probs (of the same policy)
-            stale = bool(config.async_generation.max_staleness)  # asynchronous: the engine's are an older policy's
-            source = "engine" if config.engine.name == "hf" and config.model.dtype == "float32" and not stale \
-                else "recompute"
+        if source == "auto":  # the engine's log-probs are pi_old only when they are the trainer's own
+            source = "engine" if engine_is_exact(config) else "recompute"
         return cls(algo=config.algorithm, temperature=config.generation.temperature,
                    max_len=config.environment.max_episode_tokens if episodes else config.generation.max_new_tokens,
                    micro_batch_size=config.train.micro_batch_size,
-                   grad_clip=config.optim.grad_clip, old_logprobs=source, dist=dist or Distributed(),
+                   grad_clip=config.optim.grad_clip, old_logprobs=source, off_policy=resolve_off_policy(config),
+                   dist=dist or Distributed(),
                    micro_batch_tokens=config.train.micro_batch_tokens)
 
     @property
@@ -86,11 +86,11 @@ def policy_terms(policy, micro: Batch, settings: UpdateSettings, *, num_seqs: in
     logp, entropy = completion_logprobs(policy, micro.input_ids, micro.attention_mask, micro.completion_len,
                                         settings.temperature, with_entropy=True, entropy_grad=algo.entropy_coef > 0)
     old = logp.detach() if settings.single_pass else micro.old_logp
-    weights, kept = off_policy_weights(algo, old, micro)
+    weights, kept = off_policy_weights(settings, old, micro)
     loss, stats = policy_loss(logp, old, micro.advantages, micro.response_mask * kept if kept is not None else
                               micro.response_mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
                               dual_clip=algo.dual_clip, agg=algo.loss_agg, loss=algo.policy_loss,
-                              token_weights=weights, **agg)
+                              token_weights=weights, options=algo.loss_options, **agg)
     pg_loss = float(loss.detach())
     terms = {}
     if micro.ref_logp is not None:
@@ -117,15 +117,40 @@ def policy_terms(policy, micro: Batch, settings: UpdateSettings, *, num_seqs: in
     return MicroLoss(loss, pg_loss, terms, logp)
 
 
-def off_policy_weights(algo, old_logp: torch.Tensor, micro: Batch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """``(weights, kept)`` ``[n, T]`` of ``algorithm.off_policy`` (capped at ``algorithm.off_policy_cap``)
-    between pi_old (the proximal policy) and the engine's sampling policy, or ``(None, None)`` without
-    one. A dropped token stays in the aggregation's denominator as a zero (dropping tokens never
-    scales the others' gradient up)."""
-    if algo.off_policy == "none":
+def engine_is_exact(config) -> bool:
+    """Whether the engine's sampling log-probs are the trainer's own numbers for the policy being
+    updated: the HF engine generates with the trainer's module, so in float32 and synchronously they
+    agree to ~1e-6 (``mismatch/logprob_abs_diff_mean``). vLLM's kernels, bf16/fp16 arithmetic (the
+    engine decodes in half precision, the trainer keeps float32 master weights) and asynchronous
+    generation (an older policy sampled) all make them a different policy's."""
+    return (config.engine.name == "hf" and config.model.dtype == "float32"
+            and not config.async_generation.max_staleness)
+
+
+def resolve_off_policy(config) -> str:
+    """``algorithm.off_policy`` with ``auto`` resolved: ``none`` for an exact engine (every ratio is 1),
+    ``decoupled`` for asynchronous generation (the correction that recovered most of what staleness 1
+    cost the quickstart, docs/async-generation.md), else ``token_tis``: truncated importance sampling
+    against the engine's numerics (Yao et al. 2025, "Your efficient RL framework secretly brings you
+    off-policy RL training"), the default of peers that correct for it."""
+    choice = config.algorithm.off_policy
+    if choice != "auto":
+        return choice
+    if config.async_generation.max_staleness:
+        return "decoupled"
+    return "none" if engine_is_exact(config) else "token_tis"
+
+
+def off_policy_weights(settings: UpdateSettings, old_logp: torch.Tensor,
+                       micro: Batch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(weights, kept)`` ``[n, T]`` of the run's off-policy correction (``settings.off_policy``, capped
+    at ``algorithm.off_policy_cap``) between pi_old (the proximal policy) and the engine's sampling
+    policy, or ``(None, None)`` without one. A dropped token stays in the aggregation's denominator as
+    a zero (dropping tokens never scales the others' gradient up)."""
+    if settings.off_policy == "none":
         return None, None
-    return OFF_POLICY_CORRECTIONS.get(algo.off_policy)(old_logp, micro.engine_logp, micro.response_mask,
-                                                       cap=algo.off_policy_cap)
+    return OFF_POLICY_CORRECTIONS.get(settings.off_policy)(old_logp, micro.engine_logp, micro.response_mask,
+                                                           cap=settings.algo.off_policy_cap)
 
 
 class TokenMeans:
@@ -150,22 +175,29 @@ class TokenMeans:
 
 
 class Mismatch:
-    """Trainer-inference mismatch: |trainer logp - engine logp| on the sampled tokens, measured
-    before the first optimizer step (afterwards the trainer has moved on purpose)."""
+    """Trainer-inference mismatch on the sampled tokens, measured before the first optimizer step
+    (afterwards the trainer has moved on purpose): |trainer logp - engine logp| (mean, max) and the
+    KL from the engine's policy to the trainer's, k3 of the tokens the engine sampled:
+    ``KL(pi_engine || pi_trainer) ~ mean_t (r_t - 1 - log r_t)``, ``r_t = pi_trainer / pi_engine``
+    (unbiased, never negative; 0 exactly when the two agree)."""
 
     def __init__(self):
-        self.total = self.weight = self.max = 0.0
+        self.total = self.weight = self.max = self.kl = 0.0
 
     def add(self, logp: torch.Tensor, micro: Batch) -> None:
-        gap = (logp.detach() - micro.engine_logp).abs() * micro.response_mask
+        mask = micro.response_mask
+        log_ratio = (logp.detach().to(torch.float32) - micro.engine_logp.to(torch.float32)).clamp(-20.0, 20.0)
+        gap = log_ratio.abs() * mask
         self.total += float(gap.sum())
-        self.weight += float(micro.response_mask.sum())
+        self.kl += float(((log_ratio.exp() - 1.0 - log_ratio) * mask).sum())
+        self.weight += float(mask.sum())
         self.max = max(self.max, float(gap.max()) if gap.numel() else 0.0)
 
     def metrics(self) -> dict[str, float]:
         if not self.weight:
             return {}
-        return {"mismatch/logprob_abs_diff_mean": self.total / self.weight, "mismatch/logprob_abs_diff_max": self.max}
+        return {"mismatch/logprob_abs_diff_mean": self.total / self.weight, "mismatch/logprob_abs_diff_max": self.max,
+                "mismatch/kl": self.kl / self.weight}
 
 
 # ---------------------------------------------------------------------------------------------
