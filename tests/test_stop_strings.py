@@ -170,3 +170,37 @@ def test_a_turn_ended_by_a_stop_string_is_finished_and_the_environment_answers(t
     assert engine.contexts[1][0] == ids("Q") + ids("<a>x</a>") + reply  # the stop string stays in the ids
     assert episode.token_ids == ids("<a>x</a>") + reply + ids("<a>6</a>")
     assert episode.loss_mask == [1] * 8 + [0] * len(reply) + [1] * 8
+
+
+# ---- the greedy evaluations of the offline recipes ---------------------------------------------------
+
+def test_sft_evaluation_honours_its_stop_strings(tmp_path, taught_model):
+    """``eval.stop`` of ``rlvr sft``: the taught model answers 1-digit sums right often; with every digit a
+    stop string that is cut off, each answer ends empty at its first digit, and nothing is right."""
+    import json
+
+    from rlvr.config import SFTConfig
+    from rlvr.recipes import sft
+
+    def accuracy(name: str, **stops) -> float:
+        sft.train(build_config(SFTConfig, {
+            "out": str(tmp_path / name), "model": {"path": str(taught_model)},
+            "data": {"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}, "limit": 64},
+            "optim": {"lr": 1e-9}, "train": {"steps": 1, "batch_size": 8, "threads": 1},
+            "eval": {"limit": 40, "max_new_tokens": 3, **stops}, "log": {"progress": False},
+        }))
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        return summary["eval_accuracy"]
+
+    assert accuracy("plain") > 0.2
+    assert accuracy("cut", stop=list("0123456789"), include_stop=False) == 0.0
+
+
+def test_dpo_evaluation_takes_stop_strings():
+    from rlvr.config.offline import DPOEvalConfig, SFTEvalConfig
+
+    for section in (SFTEvalConfig, DPOEvalConfig):
+        assert section().stop == [] and section().include_stop is True
+        assert section(stop=["</answer>"], include_stop=False).stop == ["</answer>"]
+        with pytest.raises(Exception, match="non-empty"):
+            section(stop=[""])

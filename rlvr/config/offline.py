@@ -47,7 +47,23 @@ class SFTTrainConfig(ProcessConfig):
     micro_batch_size: int = Field(256, ge=1, description="sequences per forward/backward (memory bound)")
 
 
-class SFTEvalConfig(Section):
+class GreedyEvalStops(Section):
+    """Stop strings of a recipe's greedy evaluation, as ``generation.stop`` / ``include_stop`` of ``rlvr train``
+    (the same task should be measured alike by every recipe)."""
+
+    stop: list[str] = Field(default_factory=list, description="strings that end a greedy answer when its text holds "
+                            "one (as generation.stop of `rlvr train`), e.g. ['</answer>']")
+    include_stop: bool = Field(True, description="keep the stop string in the answer the verifier reads (false: cut it)")
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings_are_not_empty(cls, value: list[str]) -> list[str]:
+        if any(not string for string in value):
+            raise ValueError("every stop string must be non-empty (an empty one would end every answer at once)")
+        return value
+
+
+class SFTEvalConfig(GreedyEvalStops):
     every: int = Field(0, ge=0, description="greedy accuracy on held-out problems every N steps (0 = only at the end)")
     at_end: bool = Field(True, description="measure the final model too (when the last step was not measured already); "
                          "needs a task: eval.task, or the first data entry's")
@@ -190,7 +206,7 @@ class DPOLossConfig(Section):
     _known_loss = field_validator("loss")(lambda cls, v: registered("rlvr.algorithms.preference:DPO_LOSSES", v))
 
 
-class DPOEvalConfig(Section):
+class DPOEvalConfig(GreedyEvalStops):
     every: int = Field(0, ge=0, description="held-out implicit accuracy (and gold accuracy with a task) every N steps "
                        "(0 = only at start and end)")
     batch_size: int = Field(64, ge=1, description="pairs scored together")

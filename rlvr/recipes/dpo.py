@@ -125,7 +125,8 @@ def train(config: DPOConfig, *, resume: bool = False, overwrite: bool = False) -
                 send_weights(engine, policy)  # every rank gathers; rank 0's copy takes them
             if problems:
                 out["eval/gold_accuracy"] = evaluate(engine, encode, problems, runner, sampling=SamplingParams(
-                    max_new_tokens=ev.max_new_tokens, greedy=True)).accuracy
+                    max_new_tokens=ev.max_new_tokens, greedy=True, stop=tuple(ev.stop),
+                    include_stop=ev.include_stop)).accuracy
             return out
 
         before, after = fit_pairs(run, train_data, lambda mb: pair_loss(policy, reference, mb, pad_id, dpo), policy,

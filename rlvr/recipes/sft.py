@@ -159,7 +159,8 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
             if shard:
                 send_weights(engine, model)  # every rank gathers; rank 0's copy takes them
             result = evaluate(engine, encode, eval_problems, runner, episodes=episodes, sampling=SamplingParams(
-                max_new_tokens=ev.max_new_tokens, greedy=True)).accuracy if eval_problems else None
+                max_new_tokens=ev.max_new_tokens, greedy=True, stop=tuple(ev.stop),
+                include_stop=ev.include_stop)).accuracy if eval_problems else None
             return dist.broadcast(result)
 
         step = run.done
