@@ -506,3 +506,32 @@ def test_the_wandb_run_is_named_by_the_config(tmp_path, monkeypatch):
     config = types.SimpleNamespace(log=log, model_dump=lambda mode: {"log": {}})
     Tracker.for_run(tmp_path / "run", config).close()
     assert calls[0]["project"] == "p" and calls[0]["entity"] == "team" and calls[0]["name"] == "try-3"
+
+
+def test_a_hub_id_is_read_from_the_hub_cache(capsys, tmp_path, tiny_model, monkeypatch):
+    """``model.path: owner/name`` that is not a local folder is the hub's model: huggingface_hub's cache
+    serves it (here an offline cache laid out as the hub writes it, with HF_HUB_OFFLINE=1), the run
+    trains from it, and an id the cache lacks fails in one line naming the field."""
+    import shutil
+
+    cache = tmp_path / "hf" / "hub"
+    snapshot = cache / "models--someorg--tiny" / "snapshots" / ("0" * 40)
+    shutil.copytree(tiny_model, snapshot)
+    (cache / "models--someorg--tiny" / "refs").mkdir()
+    (cache / "models--someorg--tiny" / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as hub_constants
+
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))  # read at import: follow the variables
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    from rlvr.modeling.loading import check_model_folder
+
+    assert check_model_folder("someorg/tiny", contents=True) == snapshot
+    monkeypatch.chdir(tmp_path)  # (no local folder of that name)
+    cfg = write_config(tmp_path / "c.yaml", "someorg/tiny", tmp_path / "run")
+    assert run_cli(capsys, "train", str(cfg), "train.steps=1")[0] == 0
+    assert (tmp_path / "run" / "final" / "config.json").is_file()
+    cfg = write_config(tmp_path / "c.yaml", "someorg/absent", tmp_path / "run2")
+    code, _, err = run_cli(capsys, "train", str(cfg))
+    assert_one_line(err, "model.path: no model at someorg/absent", "not in the hub cache", "hf download someorg/absent")

@@ -67,7 +67,9 @@ class LoraConfig(Section):
 
 
 class ModelConfig(Section):
-    path: str = Field("", description="local Hugging Face model folder (e.g. one made by the tiny-model builder)")
+    path: str = Field("", description="a Hugging Face model: a local folder (e.g. a run's final/, or one made by the "
+                      "tiny-model builder) or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct (downloaded into "
+                      "the hub cache on first use)")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="the compute dtype; weights that train stay float32 (master weights, "
         "rlvr/modeling/precision.py); float16 is refused (it needs loss scaling)")

@@ -39,21 +39,52 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 SAVED_BY = "a model folder is what save_pretrained writes, e.g. a run's final/ or checkpoints/step_N/model/"
 
 
+#: The files of a hub model repo a run reads (not its ONNX, GGUF or other exports).
+HUB_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken")
+
+
+def is_hub_id(path: str) -> bool:
+    """Whether ``path`` reads as a hub repo id, ``owner/name`` (not a relative or absolute path)."""
+    import re
+
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", path) is not None and not Path(path).exists()
+
+
+def hub_snapshot(repo_id: str, field: str = "model.path") -> Path:
+    """The local folder of hub model ``repo_id``: huggingface_hub's cache, downloaded on first use (its
+    own progress bars; ``HF_HOME`` moves the cache, ``HF_HUB_OFFLINE=1`` uses it without the network).
+    A failure (no network, no such repo, a gated one without a token) is one line naming the field."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES)))
+    except Exception as exc:  # noqa: BLE001  (offline, unknown, gated, ...: all reported the same way)
+        reason = {"LocalEntryNotFoundError": "the hub is unreachable and the model is not in the hub cache",
+                  "RepositoryNotFoundError": "the hub has no such repo, or it is private (log in: `hf auth login`)",
+                  "GatedRepoError": "a gated repo: accept its terms on the hub and log in (`hf auth login`)",
+                  }.get(type(exc).__name__, f"{type(exc).__name__}: {str(exc).strip()[:160]}")
+        raise MissingFileError(
+            f"{field}: no model at {repo_id}: not a folder, and it looks like a hub id that could not be downloaded "
+            f"({reason}); on a machine without the hub, download it elsewhere (`hf download {repo_id} "
+            f"--local-dir DIR`) and set {field} to DIR") from None
+
+
 def check_model_folder(path: str | Path, field: str = "model.path", *, contents: bool = False) -> Path:
     """``path`` as a folder that holds a Hugging Face model, or a one-line :class:`UserError` at once.
 
-    transformers would take a missing folder for a hub repo id and retry the network for ~50 s
-    before a traceback; models here are local folders (``model.path``), so say so immediately. With
+    A hub repo id (``HuggingFaceTB/SmolLM2-135M-Instruct``) that is not a local folder is downloaded
+    into the hub cache once (:func:`hub_snapshot`) and that folder returned; an id the hub cannot
+    provide fails at once, in one line, instead of transformers' ~50 s of retries and a traceback. With
     ``contents`` (every loader here: the tokenizer, the config, the weights) a ``config.json`` that is
     not JSON or names no architecture transformers knows, and a folder without weights (or with a Git
     LFS pointer in their place), are named too, before anything loads, instead of as a traceback from
     deep inside transformers.
     """
     folder = Path(path).expanduser()
+    if not folder.is_dir() and is_hub_id(str(path)):
+        folder = hub_snapshot(str(path), field)
     if not folder.is_dir():
-        hint = (" (it looks like a hub id: download it first, e.g. `hf download NAME --local-dir DIR`, and set "
-                f"{field} to DIR)") if "/" in str(path) and not str(path).startswith((".", "/", "~")) else ""
-        raise MissingFileError(f"{field}: no model at {path}: not a folder{hint}")
+        raise MissingFileError(f"{field}: no model at {path}: not a folder")
     if not (folder / "config.json").is_file():
         raise MissingFileError(f"{field}: no model at {path}: the folder has no config.json ({SAVED_BY})")
     problem = (_config_problem(folder / "config.json") or _weights_problem(folder)) if contents else None
