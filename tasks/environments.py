@@ -53,8 +53,8 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from rlvr.tasks.base import Problem
 from rlvr.tasks.tools import CALL_FORMATS, PythonTool, ToolSandboxError, call_tool, parse_tool_calls, tool_schema
-from rlvr.verifiers.errors import InvalidValueError, OptionError, PluginLoadError, UserError
-from rlvr.verifiers.plugins import Registry, check_options, import_path, is_import_path
+from rlvr.verifiers.errors import InvalidValueError, PluginLoadError
+from rlvr.verifiers.plugins import Registry, build_with_options, check_options, import_path, is_import_path
 
 
 @dataclass
@@ -130,13 +130,7 @@ def get_environment(name: str, **options: Any) -> Environment:
     """Build the environment ``name`` with ``options``; an unknown name lists the registered ones, an
     option it does not take lists the ones it does, and a value its constructor refuses (any
     exception: a plugin raises what it likes) is an :class:`OptionError` naming the environment."""
-    factory = check_environment(name, options)
-    try:
-        return factory(**options)
-    except UserError:
-        raise
-    except Exception as exc:
-        raise OptionError(f"environment {name!r} refused its options: {type(exc).__name__}: {str(exc)[:300]}") from exc
+    return build_with_options(f"environment {name!r}", check_environment(name, options), options)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -250,3 +250,16 @@ def test_sft_overwrite_with_a_missing_data_file_keeps_the_previous_run(capsys, t
                            "data={task: custom, path: nope.jsonl, options: {answer_field: answer}}", "--overwrite")
     assert code == 2 and "nope.jsonl" in err
     assert _tree(run) == before
+
+
+def test_a_ppo_run_s_critic_is_part_of_the_run(tmp_path):
+    """A PPO run writes its critic beside final/ (final_critic/): a folder holding one holds a run (refused
+    without --overwrite), and --overwrite replaces it with the rest, so no critic of an older run is left
+    beside a new run's policy."""
+    from rlvr.run.folder import RunFolderError, prepare_run_folder
+
+    (tmp_path / "final_critic").mkdir()
+    (tmp_path / "final_critic" / "value_head.safetensors").write_text("old")
+    with pytest.raises(RunFolderError):
+        prepare_run_folder(tmp_path, name="ppo")
+    assert "final_critic" in prepare_run_folder(tmp_path, name="ppo", overwrite=True).replacing

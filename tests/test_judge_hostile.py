@@ -317,3 +317,21 @@ def test_a_local_judge_over_its_context_is_a_counted_error_not_a_silent_abstain(
     assert rewards[0].status in ("ok", "abstain")  # it fits: the tiny model is asked (and says nothing useful)
     assert rewards[1].status == "error" and "over the local judge model's context of 256 tokens" in rewards[1].info["error"]
     assert "warning:" in capsys.readouterr().err
+
+
+def test_a_backend_constructor_that_raises_anything_is_one_line_naming_it(monkeypatch):
+    """A plugin backend's constructor may raise what it likes: a RuntimeError (not only a TypeError)
+    is an OptionError naming the backend, as for verifiers and environments (one shared builder)."""
+    from rlvr.verifiers import judge_backends
+    from rlvr.verifiers.errors import OptionError
+
+    class Broken:
+        def __init__(self, url: str = ""):
+            raise RuntimeError("cannot reach the license server")
+
+    registry = judge_backends.JUDGE_BACKENDS.copy()
+    registry.register("broken")(Broken)
+    monkeypatch.setattr(judge_backends, "JUDGE_BACKENDS", registry)
+    with pytest.raises(OptionError, match=r"judge backend 'broken' rejected its options \['url'\]: RuntimeError: "
+                                          r"cannot reach the license server"):
+        judge_backends.get_judge_backend("broken", url="x")

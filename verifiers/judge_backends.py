@@ -191,13 +191,9 @@ def validate_backend_options(name: str, **options: Any) -> None:
 
 def get_judge_backend(name: str, **options: Any) -> JudgeBackend:
     """Build the backend registered under ``name`` (``http``, ``local``, an entry point or an import path)."""
-    factory = judge_backend_factory(name)
-    try:
-        return factory(**options)
-    except InvalidValueError:
-        raise
-    except TypeError as exc:
-        raise InvalidValueError(f"judge backend {name!r} rejected its options {sorted(options)}: {exc}") from exc
+    from rlvr.verifiers.plugins import build_with_options
+
+    return build_with_options(f"judge backend {name!r}", judge_backend_factory(name), options)
 
 
 # ---------------------------------------------------------------------------------------------

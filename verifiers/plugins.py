@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
-from rlvr.verifiers.errors import OptionError, PluginLoadError, UnknownNameError
+from rlvr.verifiers.errors import OptionError, PluginLoadError, UnknownNameError, UserError
 
 T = TypeVar("T")
 
@@ -311,6 +311,19 @@ def keyword_options(factory: Callable, exclude: tuple[str, ...] = ("self",)) -> 
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
     return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in exclude]
+
+
+def build_with_options(what: str, factory: Callable, options: dict) -> Any:
+    """``factory(**options)``, with a constructor's refusal reported as one :class:`OptionError` naming
+    ``what`` (``"verifier 'math'"``, ``"environment 'tools'"``): any exception, since a plugin raises
+    what it likes; a :class:`UserError` it raises is already one line and passes through unchanged."""
+    try:
+        return factory(**options)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (a plugin's constructor may raise anything)
+        raise OptionError(f"{what} rejected its options {sorted(options)}: {type(exc).__name__}: "
+                          f"{str(exc)[:300]}") from exc
 
 
 def check_options(what: str, factory: Callable, options: dict, exclude: tuple[str, ...] = ("self",)) -> None:

@@ -27,8 +27,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from rlvr.verifiers.errors import OptionError, PluginLoadError
-from rlvr.verifiers.plugins import Registry, check_options, is_import_path, keyword_options
+from rlvr.verifiers.errors import PluginLoadError
+from rlvr.verifiers.plugins import Registry, build_with_options, check_options, is_import_path, keyword_options
 
 ENTRY_POINT_GROUP = "rlvr.verifiers"
 VERIFIERS: Registry[Callable[..., Any]] = Registry("verifier", entry_point_group=ENTRY_POINT_GROUP, import_paths=True)
@@ -137,13 +137,7 @@ def get_verifier(name: str, **options: Any) -> Any:
     lists the ones it does; a bad option *value* (rejected by the verifier's constructor) is a
     :class:`~rlvr.verifiers.errors.UserError` naming the verifier.
     """
-    factory = check_verifier(name, options)
-    try:
-        verifier = factory(**options)
-    except OptionError:
-        raise
-    except (ValueError, TypeError) as exc:
-        raise OptionError(f"verifier {name!r} rejected its options {options}: {exc}") from exc
+    verifier = build_with_options(f"verifier {name!r}", check_verifier(name, options), options)
     if not hasattr(verifier, "score"):
         raise TypeError(f"verifier factory {name!r} returned {verifier!r}, which has no score() method")
     return verifier

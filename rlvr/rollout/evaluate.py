@@ -176,21 +176,7 @@ def evaluate(
             groups = engine.generate([encode(p) for p in chunk], samples, sampling)
         t1 = time.perf_counter()
         generate_s += t1 - t0
-        by_verifier: dict[str, list[int]] = {}
-        for i, problem in enumerate(chunk):
-            by_verifier.setdefault(verifier or problem.verifier, []).append(i)
-        rewards: dict[int, list] = {}
-        for name, indices in by_verifier.items():
-            flat = runner.score_batch(
-                name,
-                [c.text for i in indices for c in groups[i]],
-                [chunk[i].reference for i in indices for _ in range(samples)],
-                verifier_options if verifier else None,
-                prompts=[chunk[i].prompt for i in indices for _ in range(samples)],
-                finish_reasons=[c.finish_reason for i in indices for c in groups[i]],
-            )
-            for j, i in enumerate(indices):
-                rewards[i] = settle_rewards(groups[i], flat[j * samples : (j + 1) * samples])
+        rewards = _score_chunk(runner, chunk, groups, samples, verifier, verifier_options)
         verify_s += time.perf_counter() - t1
         for i, problem in enumerate(chunk):
             group_rewards = rewards[i]
@@ -204,22 +190,7 @@ def evaluate(
             tokens += sum(len(c.token_ids) for c in groups[i])
             played += [c for c in groups[i] if c.episode is not None]
             if keep_records:
-                records.append({
-                    "id": problem.id,
-                    "correct": sum(correct),
-                    "samples": samples,
-                    "completions": [c.text for c in groups[i]],
-                    "scores": [r.score for r in group_rewards],
-                    "status": [r.status for r in group_rewards],
-                    "extracted": [r.info.get("extracted") for r in group_rewards],
-                    "finish_reason": [c.finish_reason for c in groups[i]],
-                    **({"errors": [_one_line(r.info.get("error") or r.status) if r.status in FAILED_STATUSES
-                                   else None for r in group_rewards]}
-                       if any(r.status in FAILED_STATUSES for r in group_rewards) else {}),
-                    **({"episodes": [episode_summary(c.episode) for c in groups[i]],
-                        "verifier_scores": [verifier_score(r) for r in group_rewards]}
-                       if any(c.episode is not None for c in groups[i]) else {}),
-                })
+                records.append(_record(problem, groups[i], group_rewards, sum(correct)))
         if progress is not None:
             progress(len(chunk))
     total = max(1, len(problems) * samples)
@@ -239,6 +210,50 @@ def evaluate(
         first_error=first_error,
         correct_samples=sum(correct_counts),
     )
+
+
+def _score_chunk(runner: VerifierRunner, chunk: list[Problem], groups: list, samples: int, verifier: str | None,
+                 verifier_options: dict | None) -> list[list]:
+    """The rewards of each problem's ``samples`` completions, ``rewards[i][j]``: one batch per verifier
+    (``verifier`` overrides each problem's own, with ``verifier_options``), settled against the
+    completions (:func:`settle_rewards`)."""
+    by_verifier: dict[str, list[int]] = {}
+    for i, problem in enumerate(chunk):
+        by_verifier.setdefault(verifier or problem.verifier, []).append(i)
+    rewards: list = [None] * len(chunk)
+    for name, indices in by_verifier.items():
+        flat = runner.score_batch(
+            name,
+            [c.text for i in indices for c in groups[i]],
+            [chunk[i].reference for i in indices for _ in range(samples)],
+            verifier_options if verifier else None,
+            prompts=[chunk[i].prompt for i in indices for _ in range(samples)],
+            finish_reasons=[c.finish_reason for i in indices for c in groups[i]],
+        )
+        for j, i in enumerate(indices):
+            rewards[i] = settle_rewards(groups[i], flat[j * samples : (j + 1) * samples])
+    return rewards
+
+
+def _record(problem: Problem, completions: list, rewards: list, correct: int) -> dict[str, Any]:
+    """One problem's line of ``results.jsonl``: its completions, scores, statuses and what the verifier
+    extracted; the errors of samples not scored, and each episode's summary, when there are any."""
+    return {
+        "id": problem.id,
+        "correct": correct,
+        "samples": len(completions),
+        "completions": [c.text for c in completions],
+        "scores": [r.score for r in rewards],
+        "status": [r.status for r in rewards],
+        "extracted": [r.info.get("extracted") for r in rewards],
+        "finish_reason": [c.finish_reason for c in completions],
+        **({"errors": [_one_line(r.info.get("error") or r.status) if r.status in FAILED_STATUSES else None
+                       for r in rewards]}
+           if any(r.status in FAILED_STATUSES for r in rewards) else {}),
+        **({"episodes": [episode_summary(c.episode) for c in completions],
+            "verifier_scores": [verifier_score(r) for r in rewards]}
+           if any(c.episode is not None for c in completions) else {}),
+    }
 
 
 def evaluate_suites(engine: Engine, encode, suites: dict[str, Sequence[Problem]], runner: VerifierRunner, *,

@@ -32,8 +32,8 @@ from rlvr.verifiers.errors import UserError
 from rlvr.verifiers.files import describe_os_error, ensure_writable
 
 #: What a run writes at the top of its folder; any of them means "this folder holds a run".
-RUN_FILES = ("config.yaml", "metrics.jsonl", "metrics.png", "summary.json", "checkpoints", "final", "tensorboard",
-             "completions.jsonl")
+RUN_FILES = ("config.yaml", "metrics.jsonl", "metrics.png", "summary.json", "checkpoints", "final", "final_critic",
+             "tensorboard", "completions.jsonl")
 #: Where ``--overwrite`` keeps the run it replaces until the new run has trained a step.
 PREVIOUS_RUN = ".previous-run"
 
