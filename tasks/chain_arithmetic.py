@@ -35,6 +35,9 @@ from rlvr.verifiers.errors import InvalidValueError
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _WORDS = {"+": "add {}", "-": "subtract {}", "*": "multiply by {}"}
 _STYLES = ("bare", "instruct")
+#: The instruct prompt's example of one written operation: fixed, never a step of the problem asked
+#: (an example taken from the problem's own chain gave its first step away, and with one step its answer).
+FORMAT_EXAMPLE = "7+5=12"
 # One step as a line states it: "12*3=36" (spaces allowed; negative numbers as "-4").
 _STEP = re.compile(r"^\s*(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*(-?\d+)\s*$")
 
@@ -112,14 +115,14 @@ class ChainArithmetic(ProblemList):
             keep=lambda c: split_of(c[0]) == self.split, key=(lambda c: c[0]) if self.split != "train" else None,
             max_attempts=200 * self.n + 10_000,
             failure=f"chain_arithmetic: cannot draw {self.n} distinct {self.split} problems from {space} (raise "
-                    "max_operand or steps, or lower n)")
+                    "max_operand or steps, or lower n: the suite option n, `--task-option n=N` in rlvr eval)")
 
     def _problem(self, index: int, start: int, chain: list[tuple[str, int]], text: str) -> Problem:
         if self.style == "bare":
             content = f"{text}:"
         else:
             words = ", ".join(_WORDS[op].format(b) for op, b in chain)
-            content = (f"Start at {start}, {words}. Write one operation per line (like {gold_steps(start, chain)[0]}) "
+            content = (f"Start at {start}, {words}. Write one operation per line (like {FORMAT_EXAMPLE}) "
                        "and end with the final result.")
         steps = gold_steps(start, chain)
         return Problem(

@@ -50,6 +50,21 @@ def test_prompts_by_style():
     assert get_task("chain_arithmetic", split="dev", n=5, seed=3)[4] == get_task("chain_arithmetic", split="dev", n=5, seed=3)[4]
 
 
+@pytest.mark.parametrize("steps", [1, 2])
+def test_an_instruct_prompt_gives_away_neither_a_step_nor_the_answer(steps):
+    """The format example is fixed: the problem's own first step (with one step, its answer) was shown as
+    the example, so a model that copied it scored 0.67-0.90 on one-step chains it could not do."""
+    from rlvr.tasks.chain_arithmetic import FORMAT_EXAMPLE
+
+    problems = get_task("chain_arithmetic", split="test", steps=steps, style="instruct", max_operand=30, n=200)
+    for problem in problems:
+        content = problem.prompt[-1]["content"]
+        assert f"(like {FORMAT_EXAMPLE})" in content, content
+        first_step = problem.solution.splitlines()[0]
+        if first_step != FORMAT_EXAMPLE:  # (the one problem whose first step is the example itself)
+            assert first_step not in content, content
+
+
 def test_held_out_problems_never_appear_in_training():
     def texts(split, n):
         return {p.prompt[0]["content"] for p in get_task("chain_arithmetic", split=split, n=n, steps=2, max_operand=4)}

@@ -151,15 +151,16 @@ def test_behind_a_format_gate_only_passing_samples_reach_the_judge(tmp_path):
 
 def test_bad_options_name_the_fix(tmp_path):
     from rlvr.verifiers import get_verifier
-    from rlvr.verifiers.errors import OptionError
+    from rlvr.verifiers.errors import UserError
 
-    with pytest.raises(OptionError, match="valid verdicts: choice, score, logprob"):
+    # each a one-line user error (rlvr.cli prints it without a traceback), whichever subclass says it
+    with pytest.raises(UserError, match="valid verdicts: choice, score, logprob"):
         get_verifier("judge", model="m", base_url="http://x/v1", verdict="stars")
-    with pytest.raises(OptionError, match=r"must contain \{response\}"):
+    with pytest.raises(UserError, match=r"must contain \{response\}"):
         get_verifier("judge", model="m", base_url="http://x/v1", template="Grade {question} please")
-    with pytest.raises(OptionError, match="needs option base_url"):
+    with pytest.raises(UserError, match="needs option base_url"):
         get_verifier("judge", model="m")
-    with pytest.raises(OptionError, match=r"unknown field\(s\) \['answer'\]"):
+    with pytest.raises(UserError, match=r"unknown field\(s\) \['answer'\]"):
         get_verifier("judge", model="m", base_url="http://x/v1", template="{answer} {response}")
 
 
