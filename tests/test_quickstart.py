@@ -15,6 +15,9 @@ from rlvr.config import RunConfig, build_config
 from rlvr.configs import load_packaged
 from rlvr.recipes.quickstart import eval_command
 
+PACKAGED = Path(__file__).resolve().parents[1] / "rlvr" / "configs"
+GSPO_STEPS = 300  # seed 0 from the quickstart's SFT start (benchmarks/policy_losses.py): see the test
+
 
 def test_eval_command_asks_the_questions_the_model_was_trained_on(tmp_path):
     packaged = load_packaged("quickstart.yaml")
@@ -121,6 +124,27 @@ def test_quickstart_with_ppo_learns_with_a_critic(quickstart_run, tmp_path):
     assert mean(late, "critic/returns_mean") - mean(first, "critic/returns_mean") > 0.05
     assert abs(mean(late, "critic/values_mean") - mean(late, "critic/returns_mean")) < 0.02
     assert mean(late, "critic/explained_variance") > -0.01
+
+
+@pytest.mark.slow
+def test_the_gspo_preset_learns_the_quickstart_task(quickstart_run, tmp_path):
+    """`rlvr train rlvr/configs/quickstart.yaml algorithm.preset=gspo` from the quickstart's SFT model (the
+    other new presets are compared in benchmarks/policy_losses.py): GSPO's sequence-level ratio and its
+    3e-4 / 4e-4 clip range, at GSPO_STEPS steps, must raise greedy held-out accuracy by +0.10."""
+    grpo_run, first = quickstart_run
+    assert first.returncode == 0, first.stderr[-3000:]
+    result = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", str(PACKAGED / "quickstart.yaml"),
+                             f"model.path={grpo_run / 'sft' / 'final'}", f"out={tmp_path / 'gspo'}",
+                             "algorithm.preset=gspo", f"train.steps={GSPO_STEPS}", f"eval.every={GSPO_STEPS}",
+                             "checkpoint.every=0", "log.progress=false", "log.plot_every=0"],
+                            capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "gspo" / "summary.json").read_text())
+    assert summary["steps"] == GSPO_STEPS
+    assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.10, summary
+    records = [json.loads(line) for line in (tmp_path / "gspo" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "train/seq_clip_frac" in r]
+    assert len(steps) == GSPO_STEPS and all(r["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5) for r in steps)
 
 
 @pytest.mark.slow
