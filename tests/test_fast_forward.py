@@ -3,7 +3,9 @@
 Exactness is checked in float64, where two implementations of the same function agree to ~1e-12 and
 any real difference (a wrong mask, position or head layout) shows as ~1e-3; float32 is checked to
 its rounding. Each architecture family it supports is covered: Llama (the tiny model), and Qwen2
-with grouped-query attention and q/k/v biases.
+with grouped-query attention and q/k/v biases; and LoRA-wrapped models (logits, adapter gradients,
+the reference pass with adapters disabled, the critic's adapter switch, decoding), with the LoRA
+forms it refuses.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def test_supported_models_are_recognised_and_others_fall_back(tiny_model):
     assert fast_forward.supports(policy) and fast_forward.supports(_qwen2_gqa())
     assert not fast_forward.supports(load_policy(tiny_model, forward="hf"))  # model.forward: hf
     assert not fast_forward.supports(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=30)))
-    assert not fast_forward.supports(get_peft_model(load_policy(tiny_model), LoraConfig(r=2, target_modules=["q_proj"])))
+    assert fast_forward.supports(get_peft_model(load_policy(tiny_model), LoraConfig(r=2, target_modules=["q_proj"])))
     checkpointed = load_policy(tiny_model, gradient_checkpointing=True).train()
     assert not fast_forward.supports(checkpointed) and fast_forward.supports(checkpointed.eval())
     with pytest.raises(ValueError, match="model.forward"):
@@ -130,9 +132,10 @@ def assert_same_logits_and_gradients(model, ids, mask, length):
         logits = completion_logits(m, ids, mask, length)
         logp = torch.log_softmax(logits, -1).gather(2, ids[:, -length:, None]).squeeze(-1)
         (logp * weights * scored).sum().backward()
-        results.append((logits.detach(), [p.grad.clone() for p in m.parameters()]))
+        assert all(p.grad is None for p in m.parameters() if not p.requires_grad)  # a LoRA base stays frozen
+        results.append((logits.detach(), [p.grad.clone() for p in m.parameters() if p.requires_grad]))
     (fast, fast_grads), (own, own_grads) = results
-    assert fast.shape == own.shape
+    assert fast.shape == own.shape and len(fast_grads) == len(own_grads) > 0
     torch.testing.assert_close(fast[scored], own[scored], rtol=1e-10, atol=1e-10)
     for a, b in zip(fast_grads, own_grads):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
@@ -294,3 +297,136 @@ def test_the_kernel_paths_masks_are_built_once_per_pass_and_shared_by_every_laye
         assert all(bias.stride(-2) % 16 == 0 and bias.stride(-1) == 1 for _, _, bias in shapes)
     heads = model.config.num_attention_heads
     assert all(k == (group, heads, width + length, 8) for _, k, _ in row_calls)  # prompt | own keys, per query head
+
+
+# ---------------------------------------------------------------------------------------------
+# LoRA: peft's own modules compute the adapters inside rlvr's forward
+# ---------------------------------------------------------------------------------------------
+
+def _with_lora(base):
+    """``base`` (sharpened as the plain tests' models) under LoRA adapters on every projection (r 4,
+    as a run's ``model.lora``), their B random instead of peft's zeros so that the adapters change the
+    logits; float64, training."""
+    from peft import LoraConfig, get_peft_model
+
+    with torch.no_grad():
+        for p in base.parameters():
+            p.mul_(2.0)
+    lora = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+    _randomise_adapter(lora, "default", seed=0)
+    return lora.double().train()
+
+
+def _randomise_adapter(lora, adapter: str, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if f"lora_B.{adapter}." in name:
+                p.copy_(0.3 * torch.randn(p.shape, generator=generator))
+
+
+@pytest.fixture(params=["llama-tied", "qwen2-gqa-bias"])
+def lora_model(request, tiny_model, attention):
+    build = ARCHITECTURES[request.param]
+    return _with_lora(load_policy(tiny_model) if build is None else build())
+
+
+def test_lora_logits_and_adapter_gradients_equal_the_models_own_forward(lora_model):
+    """A LoRA policy's training pass (shared prompts, and groups of different sizes) runs rlvr's
+    forward: the model's own logits, and gradients on the adapter weights only, equal to its own."""
+    assert fast_forward.supports(lora_model)
+    ids, mask, length = _batch(lora_model.config.vocab_size)
+    fast = assert_same_logits_and_gradients(lora_model, ids, mask, length)
+    with torch.no_grad(), lora_model.disable_adapter():
+        without = completion_logits(lora_model, ids, mask, length)
+    scored = mask[:, -length:].bool()
+    assert (fast[scored] - without[scored]).abs().max() > 1e-2  # the adapters matter to what was compared
+    rows = torch.tensor([9, 0, 1, 2, 4, 8, 10, 11])  # groups of 3, 1 and 4 rows
+    assert_same_logits_and_gradients(lora_model, ids[rows], mask[rows], length)
+
+
+def test_a_lora_policys_reference_pass_and_merged_adapters_equal_the_models_own_forward(tiny_model):
+    """The reference of a LoRA run is the policy with its adapters disabled (``Reference.model``):
+    rlvr's forward then computes what the model's own does, the base model alone; with the adapters
+    merged into the base weights, it computes the adapted model."""
+    lora = _with_lora(load_policy(tiny_model))
+    own = _own_forward(lora)
+    ids, mask, length = _batch(lora.config.vocab_size)
+    scored = mask[:, -length:].bool()
+    with torch.no_grad():
+        adapted = completion_logits(own, ids, mask, length)[scored]
+        with lora.disable_adapter(), own.disable_adapter():
+            assert fast_forward.supports(lora)
+            disabled = completion_logits(lora, ids, mask, length)[scored]
+            torch.testing.assert_close(disabled, completion_logits(own, ids, mask, length)[scored], rtol=1e-10, atol=1e-10)
+        assert (disabled - adapted).abs().max() > 1e-2
+        lora.merge_adapter()
+        assert fast_forward.supports(lora)
+        torch.testing.assert_close(completion_logits(lora, ids, mask, length)[scored], adapted, rtol=1e-10, atol=1e-10)
+
+
+def test_the_critics_adapter_switch_leaves_each_adapter_exact(tiny_model):
+    """A LoRA PPO critic is a ``value`` adapter on the policy's base, switched in for its own pass
+    (the model's own forward on the decoder) and back: the policy's passes on rlvr's forward then
+    compute the policy's adapter, and with ``value`` active they compute ``value``'s."""
+    from rlvr.modeling.value_model import build_critic
+
+    policy = _with_lora(load_policy(tiny_model))
+    critic = build_critic(policy, path=None, lora=dict(r=4, alpha=8, dropout=0.0, target_modules="all-linear"))
+    _randomise_adapter(policy, "value", seed=1)
+    policy.double()  # the value adapter too (the head stays float32, as the critic runs it)
+    ids, mask, length = _batch(policy.config.vocab_size)
+    scored = mask[:, -length:].bool()
+    critic(ids, mask, length)  # switches to the value adapter and back
+    assert policy.active_adapter == "default" and fast_forward.supports(policy)
+    with torch.no_grad():
+        own = _own_forward(policy)
+        default = completion_logits(policy, ids, mask, length)[scored]
+        torch.testing.assert_close(default, completion_logits(own, ids, mask, length)[scored], rtol=1e-10, atol=1e-10)
+        policy.set_adapter("value")
+        own.set_adapter("value")
+        value = completion_logits(policy, ids, mask, length)[scored]
+        torch.testing.assert_close(value, completion_logits(own, ids, mask, length)[scored], rtol=1e-10, atol=1e-10)
+    assert (value - default).abs().max() > 1e-2  # two different adapters were compared
+
+
+def test_the_engine_decodes_a_lora_policy_as_its_own_forward(tiny_model):
+    tokenizer = load_tokenizer(tiny_model)
+    lora = _with_lora(load_policy(tiny_model))
+    assert fast_forward.supports(lora)
+    fast, own = HFEngine(lora, tokenizer), HFEngine(_own_forward(lora), tokenizer)
+    prompts = [tokenizer.encode("12+3="), tokenizer.encode("7+45=")]
+    for sampling in (SamplingParams(max_new_tokens=6, greedy=True), SamplingParams(max_new_tokens=6, temperature=0.8)):
+        torch.manual_seed(3)
+        a = fast.generate(prompts, n=3, sampling=sampling)
+        torch.manual_seed(3)
+        b = own.generate(prompts, n=3, sampling=sampling)
+        for group_a, group_b in zip(a, b):
+            for x, y in zip(group_a, group_b):
+                assert x.token_ids == y.token_ids and x.finish_reason == y.finish_reason
+                assert x.logprobs == pytest.approx(y.logprobs, abs=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore:`lora_bias=True` was passed", "ignore:Model has `tie_word_embeddings=True`")
+def test_lora_forms_it_cannot_run_exactly_are_refused_with_the_reason(tiny_model):
+    """Each LoRA form outside plain single-adapter LoRA on the projections falls back to the model's
+    own forward, saying why."""
+    from peft import LoraConfig, PromptTuningConfig, get_peft_model
+
+    def reason(**config):
+        return fast_forward.unsupported_reason(get_peft_model(load_policy(tiny_model), LoraConfig(**config)).train())
+
+    assert "DoraLinearVariant variant" in reason(r=2, target_modules=["q_proj"], use_dora=True)
+    assert "has a bias" in reason(r=2, target_modules=["q_proj"], lora_bias=True)
+    dropout = get_peft_model(load_policy(tiny_model), LoraConfig(r=2, lora_dropout=0.1, target_modules=["q_proj"]))
+    assert "LoRA dropout 0.1 while training" in fast_forward.unsupported_reason(dropout.train())
+    assert fast_forward.supports(dropout.eval())  # decoding: dropout is off
+    assert "ModulesToSaveWrapper, not a plain or LoRA Linear" in reason(r=2, target_modules=["k_proj"], modules_to_save=["q_proj"])
+    assert "a peft Embedding at model.embed_tokens" in reason(r=2, target_modules=["q_proj", "embed_tokens"])
+    assert "output layer is not a plain Linear" in reason(r=2, target_modules=["q_proj", "lm_head"])
+    two = get_peft_model(load_policy(tiny_model), LoraConfig(r=2, target_modules=["q_proj"]))
+    two.add_adapter("other", LoraConfig(r=2, target_modules=["q_proj"]))
+    two.base_model.set_adapter(["default", "other"])
+    assert "2 active LoRA adapters (default, other)" in fast_forward.unsupported_reason(two)
+    prompt = get_peft_model(load_policy(tiny_model), PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=2))
+    assert "runs LoRA adapters only" in fast_forward.unsupported_reason(prompt)

@@ -52,8 +52,8 @@ def test_models_it_cannot_run_exactly_are_refused_with_the_reason(tiny_model):
     sliding = MistralForCausalLM(MistralConfig(sliding_window=16, **small))
     assert "sliding-window attention (window 16)" in fast_forward.unsupported_reason(sliding)
     assert "architecture 'qwen3'" in fast_forward.unsupported_reason(Qwen3ForCausalLM(Qwen3Config(**small)))
-    lora = get_peft_model(load_policy(tiny_model), LoraConfig(r=2, target_modules=["q_proj"]))
-    assert "LoRA adapters run on the model's own forward" in forward_note(lora)
+    lora = get_peft_model(load_policy(tiny_model), LoraConfig(r=2, lora_dropout=0.1, target_modules=["q_proj"])).train()
+    assert "LoRA dropout 0.1 while training" in forward_note(lora)  # plain LoRA runs rlvr's (test_fast_forward.py)
     assert forward_note(load_policy(tiny_model, forward="hf")) == \
         "the model's own (transformers) forward (model.forward: hf)"
     checkpointed = load_policy(tiny_model, gradient_checkpointing=True).train()

@@ -19,11 +19,18 @@ and the per-call machinery that cost a small model much of its step:
 Fusing the q/k/v and gate/up projections into one matmul each was measured slower in the backward
 on the CPU, and gained 2% of decoding only, so it is not done (``benchmarks/README.md``).
 
-Supported: plain ``llama``, ``mistral`` and ``qwen2`` modules (not peft-wrapped, every projection a
-``torch.nn.Linear``, SiLU MLP, no sliding window, no attention dropout while training, no gradient
-checkpointing). :func:`supports` says whether a model qualifies; ``model.forward: hf`` in a run's
-config turns this path off (:func:`use_model_forward`). Logits agree with the model's own forward to
-float rounding (``tests/test_fast_forward.py``).
+Supported: ``llama``, ``mistral`` and ``qwen2`` modules (SiLU MLP, no sliding window, no attention
+dropout while training, no gradient checkpointing), plain or LoRA-wrapped. Every projection is a
+``torch.nn.Linear`` or, under a peft LoRA wrapper (``PeftModelForCausalLM``, unwrapped here to its
+transformers model), a LoRA ``Linear`` with at most one active plain adapter: no DoRA or other LoRA
+variant, no adapter bias, no dropout while training (one prompt's dropout mask would be shared by its
+rows). Such a projection is called as the module itself, so it computes ``base(x) + scaling * B(A(x))``
+exactly as in the model's own forward, with its adapters disabled (a LoRA policy's reference pass) or
+merged as peft has them, and gradients reach the adapter weights only. Any other peft module (a
+``modules_to_save`` copy, an adapter on the embeddings or output layer, another tuner, prompt learning)
+is refused. :func:`supports` says whether a model qualifies, :func:`unsupported_reason` why not;
+``model.forward: hf`` in a run's config turns this path off (:func:`use_model_forward`). Logits and
+gradients agree with the model's own forward to float rounding (``tests/test_fast_forward.py``).
 
 Row layout: rows ``[B = D * G]`` are grouped by prompt, ``G`` consecutive rows per prompt.
 """
@@ -64,16 +71,21 @@ def supports(model) -> bool:
 
 
 def unsupported_reason(model) -> str | None:
-    """Why rlvr's forward cannot run ``model`` exactly (None: it can)."""
-    if getattr(model, _OFF, False):
+    """Why rlvr's forward cannot run ``model`` (a transformers model, or a peft LoRA wrapper of one)
+    exactly (None: it can)."""
+    if getattr(model, _OFF, False):  # (a peft wrapper reads its base model's attributes too)
         return "model.forward: hf"
-    from transformers import PreTrainedModel  # a peft wrapper is not one: its layers compute something else
+    from transformers import PreTrainedModel
 
+    wrapper_reason = _peft_wrapper_reason(model)
+    if wrapper_reason is not None:
+        return wrapper_reason
+    wrapped, model = model, transformers_model(model)
     config = getattr(model, "config", None)
     inner = getattr(model, "model", None)
     if not isinstance(model, PreTrainedModel):
-        return f"{type(model).__name__} is not a transformers model (LoRA adapters run on the model's own forward)"
-    if is_sharded(model):
+        return f"{type(model).__name__} is not a transformers model"
+    if is_sharded(wrapped) or is_sharded(model):
         return "FSDP2-sharded parameters (its own forward reads whole weights)"
     model_type = getattr(config, "model_type", None)
     if model_type not in SUPPORTED_TYPES:
@@ -90,13 +102,84 @@ def unsupported_reason(model) -> str | None:
         return "gradient checkpointing while training (its forward keeps no cache)"
     if not hasattr(model, "lm_head") or type(model.lm_head) is not torch.nn.Linear:
         return "the output layer is not a plain Linear"
-    for layer in inner.layers:
+    lora_projections = set()
+    for index, layer in enumerate(inner.layers):
         attn, mlp = layer.self_attn, layer.mlp
         for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
-            if type(proj) is not torch.nn.Linear:  # a LoRA or quantised layer computes something else
-                return f"a projection is a {type(proj).__name__}, not a plain Linear (LoRA or quantised)"
+            if type(proj) is torch.nn.Linear:
+                continue
+            if wrapped is model or not _is_lora_linear(proj):  # a quantised layer, a modules_to_save copy, ...
+                return f"a projection (layer {index}) is a {type(proj).__name__}, not a plain or LoRA Linear"
+            reason = _lora_projection_reason(proj)
+            if reason is not None:
+                return f"LoRA on a projection (layer {index}): {reason}"
+            lora_projections.add(id(proj))
         if hasattr(attn, "q_norm") or hasattr(attn, "k_norm"):
             return "query/key norms in attention"
+    if wrapped is not model:
+        return _other_peft_module(model, lora_projections)
+    return None
+
+
+def transformers_model(model):
+    """The transformers model under a peft wrapper (its layers are the wrapper's: a LoRA projection
+    is the peft module, which rlvr's forward calls); the model itself without one."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _peft_wrapper_reason(model) -> str | None:
+    """Why rlvr's forward cannot run a peft-wrapped ``model`` (None: it is not wrapped, or wraps LoRA
+    adapters in a form :func:`unsupported_reason` goes on to check layer by layer)."""
+    if not hasattr(model, "get_base_model"):
+        return None
+    from peft import PeftModel
+    from peft.tuners.lora import LoraModel
+
+    if not isinstance(model, PeftModel) or not isinstance(model.base_model, LoraModel):
+        tuner = type(getattr(model, "base_model", model)).__name__
+        return f"a peft {type(model).__name__} over {tuner} (rlvr's forward runs LoRA adapters only)"
+    return None
+
+
+def _is_lora_linear(proj) -> bool:
+    """A peft LoRA ``Linear`` over a plain ``Linear`` (not a quantised one)."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    return type(proj) is LoraLinear and type(proj.base_layer) is torch.nn.Linear
+
+
+def _lora_projection_reason(proj) -> str | None:
+    """Why rlvr's forward cannot run the LoRA projection ``proj`` (:func:`_is_lora_linear`) by calling
+    it (None: it can): its own forward must compute ``base(x) + scaling * B(A(x))`` for at most one
+    active plain adapter, the same function of each token whatever else is in the pass."""
+    if proj.disable_adapters or proj.merged:  # its forward is the base layer alone (its weights merged or not)
+        return None
+    active = [name for name in proj.active_adapters if name in proj.lora_A]
+    if len(active) > 1:
+        return f"{len(active)} active LoRA adapters ({', '.join(active)}); rlvr's forward runs one"
+    for name in active:
+        if name in proj.lora_variant or proj.use_dora.get(name, False):
+            variant = type(proj.lora_variant[name]).__name__ if name in proj.lora_variant else "DoRA"
+            return f"LoRA adapter {name!r} is a {variant} variant; rlvr's forward runs plain LoRA"
+        if proj.lora_bias.get(name, False):
+            return f"LoRA adapter {name!r} has a bias; rlvr's forward runs plain LoRA"
+        dropout = proj.lora_dropout[name]
+        if proj.training and isinstance(dropout, torch.nn.Dropout) and dropout.p > 0:
+            return (f"LoRA dropout {dropout.p} while training (a prompt's dropout mask would be shared by its rows; "
+                    f"set model.lora.dropout: 0)")
+    return None
+
+
+def _other_peft_module(model, lora_projections: set[int]) -> str | None:
+    """A peft module of ``model`` other than the LoRA projections that rlvr's forward calls (a
+    ``modules_to_save`` copy, trainable tokens, an adapter on the embeddings or the output layer),
+    which rlvr's forward would read past: its reason, else None."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.utils.other import AuxiliaryTrainingWrapper
+
+    for name, module in model.named_modules():
+        if isinstance(module, (BaseTunerLayer, AuxiliaryTrainingWrapper)) and id(module) not in lora_projections:
+            return f"a peft {type(module).__name__} at {name} (rlvr's forward runs LoRA on the attention and MLP projections only)"
     return None
 
 
@@ -161,6 +244,7 @@ def encode_prompts(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     ``[D, V]`` (they predict its rows' first token; with ``states`` its final normed hidden state
     ``[D, hidden]`` instead, which the output layer turns into those logits) and the prompts'
     :class:`PromptCache`."""
+    model = transformers_model(model)
     section, cache, positions = _prompt_section(_dtype(model), input_ids, attention_mask, group)
     hidden = _run(model, [section], [input_ids], [positions])
     num, width = input_ids.shape
@@ -178,6 +262,7 @@ def forward_rows(model, input_ids: torch.Tensor, prompts: PromptCache, rows: Row
     of each row: the others (a finished row's padding) are not computed at all (padding-free
     projections and MLP) and get logits 0. While decoding, a token not needed writes zeros to its
     row's buffer: for a row that has finished, whose later logits are not wanted either."""
+    model = transformers_model(model)
     section, positions = _rows_section(_dtype(model), input_ids, prompts, rows, needed)
     hidden = _run(model, [section], [input_ids], [positions])
     if rows is not None:
@@ -193,6 +278,7 @@ def forward_prompts_and_rows(model, prompt_ids: torch.Tensor, prompt_mask: torch
     operator where two passes run two); attention runs per section, the rows' on the keys that the
     prompts' section has just computed in the same layer. With ``states``, final normed hidden states
     instead of logits (``[D, hidden]``, ``[B, L, hidden]``)."""
+    model = transformers_model(model)
     num, width = prompt_ids.shape
     if len(input_ids) % num:
         raise ValueError(f"forward_prompts_and_rows: {len(input_ids)} rows for {num} prompts")
@@ -318,20 +404,29 @@ def _layer(w: _Shapes, index: int, hidden: torch.Tensor, cos, sin, sections: lis
     heads, kv, dim = w.heads, w.kv_heads, w.head_dim
     attn = layer.self_attn
     x = _rms_norm(hidden, layer.input_layernorm)
-    q = _rope(F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(-1, heads, dim), cos, sin)
-    k = _rope(F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(-1, kv, dim), cos, sin)
-    v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(-1, kv, dim)
+    q = _rope(_linear(attn.q_proj, x).view(-1, heads, dim), cos, sin)
+    k = _rope(_linear(attn.k_proj, x).view(-1, kv, dim), cos, sin)
+    v = _linear(attn.v_proj, x).view(-1, kv, dim)
     if len(sections) == 1:
         out = _attention(w, index, q, k, v, sections[0])
     else:
         sizes = [section.tokens.size for section in sections]
         out = torch.cat([_attention(w, index, *qkv, section)
                          for *qkv, section in zip(q.split(sizes), k.split(sizes), v.split(sizes), sections)])
-    hidden = hidden + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
+    hidden = hidden + _linear(attn.o_proj, out)
     mlp = layer.mlp
     x = _rms_norm(hidden, layer.post_attention_layernorm)
-    up = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)) * F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
-    return hidden + F.linear(up, mlp.down_proj.weight, mlp.down_proj.bias)
+    up = F.silu(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x)
+    return hidden + _linear(mlp.down_proj, up)
+
+
+def _linear(proj, x: torch.Tensor) -> torch.Tensor:
+    """A projection of the tokens ``x [N, in]``: a plain ``Linear`` as ``F.linear`` (no module-call
+    overhead), a LoRA one (:func:`_lora_projection_reason` vetted it) by its own forward, which adds
+    ``scaling * B(A(x))`` to the base layer's output (none while its adapters are disabled or merged)."""
+    if type(proj) is torch.nn.Linear:
+        return F.linear(x, proj.weight, proj.bias)
+    return proj(x)
 
 
 def _attention(w: _Shapes, index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, section: _Section) -> torch.Tensor:

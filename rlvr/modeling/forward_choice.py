@@ -62,8 +62,10 @@ def choose_forward(model, forward: str) -> str:
 
 
 def forward_note(model) -> str:
-    """The note :func:`choose_forward` recorded, brought up to date: a model wrapped since (LoRA) or
-    checkpointing its activations runs its own forward while training."""
+    """The note :func:`choose_forward` recorded, brought up to date: a model wrapped since in a form
+    rlvr's forward does not run (e.g. LoRA with dropout) or checkpointing its activations runs its own
+    forward while training. (A LoRA wrapper over a model probed at load runs rlvr's forward: its
+    adapters are computed by peft's own modules, see :mod:`rlvr.modeling.fast_forward`.)"""
     note = getattr(model, _NOTE, None)
     reason = fast_forward.unsupported_reason(model)
     if note is None or (reason is not None and note.startswith("rlvr's")):
@@ -73,9 +75,11 @@ def forward_note(model) -> str:
 
 
 def parity_probe(model, completion: int = 6) -> float:
-    """Max |fast - own| / max |own| over the scored completion logits of a few probe rows."""
-    vocab, pad = model.config.vocab_size, model.config.pad_token_id or 0
-    device = model.model.embed_tokens.weight.device
+    """Max |fast - own| / max |own| over the scored completion logits of a few probe rows (``model``:
+    a transformers model, or a peft LoRA wrapper of one, probed with its adapters)."""
+    base = fast_forward.transformers_model(model)
+    vocab, pad = base.config.vocab_size, base.config.pad_token_id or 0
+    device = base.model.embed_tokens.weight.device
     generator = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, vocab, (2, 8), generator=generator)
     ids = torch.cat([prompts.repeat_interleave(2, 0), torch.randint(0, vocab, (4, completion), generator=generator)], 1)
@@ -103,7 +107,9 @@ def _config_proxy(model):
     vocabulary, and random weights sharp enough that attention matters: float64 leaves ~1e-12 of
     rounding, so any difference in how the two forwards read the config shows. (The real model's
     own weights can hide one: a random-init model in bfloat16 spreads its attention so evenly that
-    a wrong rotary convention moves its logits by less than bfloat16's rounding.)"""
+    a wrong rotary convention moves its logits by less than bfloat16's rounding.) A peft wrapper's
+    proxy is of its transformers model: its adapters run as peft's own modules in both forwards."""
+    model = fast_forward.transformers_model(model)
     config = copy.deepcopy(model.config)
     config.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     config.num_hidden_layers, config.hidden_size, config.intermediate_size, config.vocab_size = 2, 32, 48, 64
@@ -122,4 +128,4 @@ def _config_proxy(model):
 
 
 def _dtype(model) -> torch.dtype:
-    return model.model.embed_tokens.weight.dtype
+    return fast_forward.transformers_model(model).model.embed_tokens.weight.dtype
