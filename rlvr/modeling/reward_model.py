@@ -19,6 +19,7 @@ The recipe that trains one is ``rlvr/recipes/train_rm.py`` (``rlvr train-rm``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Callable, Sequence
@@ -28,6 +29,8 @@ import torch
 from rlvr.modeling.logprobs import collate_completions, completion_logprobs
 from rlvr.modeling.loading import check_model_folder, load_policy, load_tokenizer, resolve_dtype, save_final_model
 from rlvr.modeling.precision import autocast
+from rlvr.modeling.sharded_loading import (gather_dtype, load_into_shards, load_sharded, on_rank0, parameters_on_meta,
+                                           saved_adapters_structure)
 
 HEAD_FILE = "reward_model.json"
 
@@ -100,33 +103,67 @@ class RewardModel:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_reward_backbone(config, tokenizer, device: str, adapter_or_weights: Path | None = None):
+def load_reward_backbone(config, tokenizer, device: str, adapter_or_weights: Path | None = None, *,
+                         shard: bool = False, compute_dtype: str = "float32", offload: bool = False):
     """The trainable reward model of a ``RewardModelConfig``: the head's network over ``model.path``, LoRA or
-    full. ``adapter_or_weights`` is a checkpoint's ``model/`` folder (resume)."""
+    full. ``adapter_or_weights`` is a checkpoint's ``model/`` folder (resume).
+
+    ``shard`` (``train.strategy: fsdp2``; every rank calls this): loaded straight into FSDP2 shards
+    (:mod:`rlvr.modeling.sharded_loading`), all-gathered in ``compute_dtype`` (``offload``: shards on the
+    CPU), so no rank's device holds the whole model; rank 0 loads it whole on its CPU as without ``shard``
+    (a new score head's and new adapters' initialisation included), and every rank's shards hold exactly
+    those weights."""
     lora = config.model.lora.model_dump() if config.model.lora is not None else None
-    dtype = config.model.dtype
+    dtype, param_dtype = config.model.dtype, gather_dtype(compute_dtype)
     if config.head == "logprob":
         full = adapter_or_weights if adapter_or_weights is not None and lora is None else config.model.path
-        return load_policy(full, dtype=dtype, device=device, lora=lora, adapter_path=adapter_or_weights if lora else None,
-                           gradient_checkpointing=config.model.gradient_checkpointing, forward=config.model.forward,
-                           logits_chunk_mb=config.model.logits_chunk_mb)
-    from transformers import AutoModelForSequenceClassification
+        options = dict(dtype=dtype, device=device, lora=lora, adapter_path=adapter_or_weights if lora else None,
+                       gradient_checkpointing=config.model.gradient_checkpointing, forward=config.model.forward,
+                       logits_chunk_mb=config.model.logits_chunk_mb)
+        if shard:
+            return load_sharded(full, **options, param_dtype=param_dtype, offload=offload)
+        return load_policy(full, **options)
+    source = check_model_folder(adapter_or_weights if adapter_or_weights is not None and lora is None
+                                else config.model.path)
+    adapter = adapter_or_weights if lora is not None else None
+    pad_id = tokenizer.pad_token_id  # transformers scores the last non-pad token, and refuses batches without one
+    if not shard:
+        return _score_model(source, dtype=dtype, pad_id=pad_id, lora=lora, adapter=adapter,
+                            gradient_checkpointing=config.model.gradient_checkpointing).to(device)
+    whole = on_rank0(lambda: _score_model(source, dtype=dtype, pad_id=pad_id, lora=lora, adapter=adapter,
+                                          gradient_checkpointing=False))
+    structure = _score_model(source, dtype=dtype, pad_id=pad_id, lora=lora, adapter=adapter,
+                             gradient_checkpointing=config.model.gradient_checkpointing, structure=True)
+    return load_into_shards(structure, whole, device=device, param_dtype=param_dtype, offload=offload)
 
-    source = adapter_or_weights if adapter_or_weights is not None and lora is None else config.model.path
-    model = AutoModelForSequenceClassification.from_pretrained(
-        str(check_model_folder(source)), num_labels=1, dtype=resolve_dtype(dtype), pad_token_id=tokenizer.pad_token_id,
-    ).to(device)  # pad_token_id: transformers scores the last non-pad token, and refuses batches without one
-    if config.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    if lora is not None:
-        from peft import LoraConfig, PeftModel, get_peft_model
 
-        if adapter_or_weights is not None:
-            model = PeftModel.from_pretrained(model, str(adapter_or_weights), is_trainable=True)
+def _score_model(source: Path, *, dtype: str, pad_id: int, lora: dict | None, adapter: Path | None,
+                 gradient_checkpointing: bool, structure: bool = False):
+    """The ``score`` head's network: ``source`` as a one-label sequence classifier on the CPU, in train mode,
+    LoRA-wrapped when ``lora`` (new adapters training the score layer in full, or those saved at ``adapter``).
+    ``structure``: its modules only, parameters on the meta device (for :func:`load_into_shards`)."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    with parameters_on_meta() if structure else contextlib.nullcontext():
+        if structure:
+            config = AutoConfig.from_pretrained(str(source), num_labels=1, pad_token_id=pad_id)
+            model = AutoModelForSequenceClassification.from_config(config, dtype=resolve_dtype(dtype))
         else:
-            model = get_peft_model(model, LoraConfig(
-                r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
-                target_modules=lora["target_modules"], task_type="SEQ_CLS", modules_to_save=["score"]))
+            model = AutoModelForSequenceClassification.from_pretrained(str(source), num_labels=1, pad_token_id=pad_id,
+                                                                       dtype=resolve_dtype(dtype))
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        if lora is not None:
+            from peft import LoraConfig, PeftModel, get_peft_model
+
+            if adapter is not None and structure:
+                model = saved_adapters_structure(model, adapter)
+            elif adapter is not None:
+                model = PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
+            else:
+                model = get_peft_model(model, LoraConfig(
+                    r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
+                    target_modules=lora["target_modules"], task_type="SEQ_CLS", modules_to_save=["score"]))
     return model.train()
 
 

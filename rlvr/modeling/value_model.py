@@ -32,6 +32,7 @@ from torch import nn
 from rlvr.modeling.logprobs import position_ids
 from rlvr.modeling.loading import check_model_folder, is_lora, resolve_dtype
 from rlvr.modeling.precision import autocast
+from rlvr.modeling.sharded_loading import gather_dtype, load_into_shards, on_rank0, parameters_on_meta
 
 VALUE_ADAPTER = "value"
 HEAD_FILE = "value_head.safetensors"
@@ -116,7 +117,8 @@ class ValueModel(nn.Module):
 
 def build_critic(policy, *, path: str | Path | None, dtype: str = "float32", device: str | torch.device = "cpu",
                  lora: dict | None = None, resume_from: str | Path | None = None,
-                 gradient_checkpointing: bool = False) -> ValueModel:
+                 gradient_checkpointing: bool = False, shard: bool = False, compute_dtype: str = "float32",
+                 offload: bool = False) -> ValueModel:
     """The critic for ``policy``: a ``value`` adapter on its base (LoRA policy) or its own body.
 
     ``path`` (full fine-tuning only) is the folder the body starts from: the policy's model folder,
@@ -124,31 +126,83 @@ def build_critic(policy, *, path: str | Path | None, dtype: str = "float32", dev
     ``lora`` holds the policy's LoRA fields, reused for the value adapter. ``resume_from`` is a
     folder written by :meth:`ValueModel.save`. ``gradient_checkpointing`` applies to a critic's own body
     (a LoRA critic runs in the policy's, checkpointed or not as the policy is).
+
+    ``shard`` (``train.strategy: fsdp2``; every rank calls this): a critic with its own body is loaded
+    straight into FSDP2 shards (:mod:`rlvr.modeling.sharded_loading`: one unit per body layer, the root
+    holding the head and the rest; all-gathered in ``compute_dtype``; ``offload``: shards on the CPU), so
+    no rank's device holds the whole critic; rank 0 builds it whole on its CPU as without ``shard``, and
+    every rank's shards hold exactly those weights.
     """
     hidden = policy.config.hidden_size
-    head = nn.Linear(hidden, 1, bias=True, dtype=torch.float32, device=device)
-    nn.init.zeros_(head.weight)
-    nn.init.zeros_(head.bias)
     if is_lora(policy):
+        head = _zero_head(hidden, device)
         _add_value_adapter(policy, lora, resume_from)
         body = policy.get_base_model().get_decoder()
         critic = ValueModel(body, head, policy=policy)
     else:
-        from transformers import AutoModel
-
         source = Path(resume_from) if resume_from is not None else check_model_folder(path, "critic.path")
-        body = AutoModel.from_pretrained(str(source), dtype=resolve_dtype(dtype)).to(device)
-        if gradient_checkpointing:
-            body.gradient_checkpointing_enable()
-        body.train()
-        critic = ValueModel(body, head)
-        if resume_from is None:
-            _head_from_reward_model(head, source)
+        if shard:
+            return _sharded_critic(hidden, source, dtype=dtype, device=device, fresh=resume_from is None,
+                                   gradient_checkpointing=gradient_checkpointing,
+                                   param_dtype=gather_dtype(compute_dtype), offload=offload)
+        critic = _own_body_critic(hidden, source, dtype=dtype, device=device, fresh=resume_from is None,
+                                  gradient_checkpointing=gradient_checkpointing)
     if resume_from is not None:
-        from safetensors.torch import load_file
-
-        head.load_state_dict(load_file(str(Path(resume_from) / HEAD_FILE), device=str(device)))
+        _load_head(critic.head, Path(resume_from), device)
     return critic
+
+
+def _zero_head(hidden: int, device) -> nn.Linear:
+    """The value head, float32 [hidden -> 1], all zeros: every state is worth 0 at the start."""
+    head = nn.Linear(hidden, 1, bias=True, dtype=torch.float32, device=device)
+    nn.init.zeros_(head.weight)
+    nn.init.zeros_(head.bias)
+    return head
+
+
+def _load_head(head: nn.Linear, folder: Path, device) -> None:
+    from safetensors.torch import load_file
+
+    head.load_state_dict(load_file(str(folder / HEAD_FILE), device=str(device)))
+
+
+def _own_body_critic(hidden: int, source: Path, *, dtype: str, device, fresh: bool,
+                     gradient_checkpointing: bool) -> ValueModel:
+    """A critic with its own body, loaded whole from ``source``; a ``fresh`` one (not resumed) starts its
+    head from a reward model's ``score`` layer when ``source`` holds one."""
+    from transformers import AutoModel
+
+    body = AutoModel.from_pretrained(str(source), dtype=resolve_dtype(dtype)).to(device)
+    if gradient_checkpointing:
+        body.gradient_checkpointing_enable()
+    body.train()
+    head = _zero_head(hidden, device)
+    if fresh:
+        _head_from_reward_model(head, source)
+    return ValueModel(body, head)
+
+
+def _sharded_critic(hidden: int, source: Path, *, dtype: str, device, fresh: bool, gradient_checkpointing: bool,
+                    param_dtype: torch.dtype | None, offload: bool) -> ValueModel:
+    """:func:`_own_body_critic` loaded into FSDP2 shards: rank 0 builds it whole on its CPU (a resumed one
+    with its saved head), every rank its structure, and :func:`load_into_shards` sends rank 0's weights."""
+    from transformers import AutoConfig, AutoModel
+
+    def load_whole() -> ValueModel:
+        critic = _own_body_critic(hidden, source, dtype=dtype, device="cpu", fresh=fresh, gradient_checkpointing=False)
+        if not fresh:
+            _load_head(critic.head, source, "cpu")
+        return critic
+
+    whole = on_rank0(load_whole)
+    with parameters_on_meta():
+        body = AutoModel.from_config(AutoConfig.from_pretrained(str(source)), dtype=resolve_dtype(dtype))
+        structure = ValueModel(body, nn.Linear(hidden, 1, bias=True, dtype=torch.float32))
+    if gradient_checkpointing:
+        body.gradient_checkpointing_enable()
+    structure.train()
+    return load_into_shards(structure, whole, device=device, param_dtype=param_dtype, offload=offload,
+                            layers=body.layers)
 
 
 def policy_parameters(policy, critic: ValueModel) -> list[nn.Parameter]:

@@ -61,7 +61,8 @@ def train(config: RunConfig, *, resume: bool = False, overwrite: bool = False) -
                               dtype="float32", device=device,  # its own body trains: float32 master weights
                               lora=config.model.lora.model_dump() if config.model.lora else None,
                               resume_from=run.checkpoint / "critic" if whole_checkpoint else None,
-                              gradient_checkpointing=config.model.gradient_checkpointing)
+                              gradient_checkpointing=config.model.gradient_checkpointing,
+                              shard=shard, compute_dtype=config.model.dtype, offload=training.cpu_offload)
         critic = shard_for_run(critic, config.model.dtype, run.checkpoint, shard=shard, offload=training.cpu_offload,
                                name="critic", layers=critic.body.layers if shard else None,
                                master_weights=not critic.shares_policy_base)

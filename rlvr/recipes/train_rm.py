@@ -69,7 +69,8 @@ def train(config: RewardModelConfig, *, resume: bool = False, overwrite: bool = 
         full = config.model.lora is None  # all weights train: float32 master weights (rlvr/modeling/precision.py)
         weights = weights_dtype(config.model.dtype, trains_all_weights=shard or full)
         model = load_reward_backbone(config.model_copy(update={"model": config.model.model_copy(update={"dtype": weights})}),
-                                     tokenizer, str(dist.device), run.checkpoint / "model" if whole_checkpoint else None)
+                                     tokenizer, str(dist.device), run.checkpoint / "model" if whole_checkpoint else None,
+                                     shard=shard, compute_dtype=config.model.dtype, offload=config.train.cpu_offload)
         model = shard_for_run(model, config.model.dtype, run.checkpoint, shard=shard, offload=config.train.cpu_offload,
                               master_weights=full)
         score, pad_id, margin = HEADS[config.head], tokenizer.pad_token_id, config.loss.margin
