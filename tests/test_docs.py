@@ -127,6 +127,8 @@ def user_folder(tmp_path_factory, tiny_model):
         json.dumps({"completion": f"so the answer is \\boxed{{{2 * a}}}", "answer": str(2 * a)}) + "\n" for a in range(5)))
     (folder / "my_sft.jsonl").write_text("".join(
         json.dumps({"prompt": f"{a}+{a}=", "completion": str(2 * a)}) + "\n" for a in range(20)))
+    (folder / "rlvr").mkdir()  # the packaged configs where a checkout has them (`rlvr train rlvr/configs/...`)
+    (folder / "rlvr" / "configs").symlink_to(ROOT / "rlvr" / "configs", target_is_directory=True)
     for name, text in DOC_FILES.items():  # files the docs show in full (a code block starting "# NAME")
         (folder / name).write_text(text)
     (folder / "cfg.yaml").write_text(yaml.safe_dump({

@@ -137,3 +137,16 @@ def test_a_run_with_a_mismatched_engine_is_corrected_and_logs_the_mismatch(tiny_
     assert "train/off_policy_weight_mean" not in plain
     assert plain["train/grad_norm"] > 0
     assert corrected["train/grad_norm"] == pytest.approx(math.exp(shift) * plain["train/grad_norm"], rel=1e-4)
+
+
+def test_a_soft_overlong_ramp_over_most_of_the_budget_is_warned_about():
+    """The dapo preset on the quickstart's 5-token answers (buffer 4) punished every 4-digit sum and
+    collapsed; a buffer under half the budget, or no soft punishment, is quiet."""
+    from rlvr.recipes.update import overlong_warning
+
+    dapo = build_config(RunConfig, BASE, ["algorithm.preset=dapo", "generation.max_new_tokens=5"])
+    warning = overlong_warning(dapo, 5)
+    assert "longer than 1 of its 5 tokens" in warning and "algorithm.overlong: none" in warning
+    assert overlong_warning(build_config(RunConfig, BASE, ["algorithm.preset=dapo", "generation.max_new_tokens=64"]),
+                            64) is None
+    assert overlong_warning(build_config(RunConfig, BASE, ["generation.max_new_tokens=5"]), 5) is None

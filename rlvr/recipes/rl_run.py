@@ -35,7 +35,7 @@ from rlvr.modeling.loading import (Reference, check_model_folder, context_length
                                   load_tokenizer, needs_engine_copy, stop_token_ids)
 from rlvr.recipes.scaffold import Run
 from rlvr.recipes.step_metrics import progress_postfix, run_summary, step_metrics
-from rlvr.recipes.update import UpdateSettings
+from rlvr.recipes.update import UpdateSettings, overlong_warning
 from rlvr.rollout.batch import SampleTensors, sample_tensors
 from rlvr.rollout.chat import stop_token_warning
 from rlvr.rollout.episodes import build_environments, episode_runner
@@ -153,6 +153,9 @@ class RLRun(Run):
         if self.scorer is not None and dist.is_main:
             print(self.scorer.describe(), flush=True)
         self.settings = UpdateSettings.from_config(config, dist, episodes=self.episodes is not None)
+        warning = overlong_warning(config, self.settings.max_len)
+        if dist.is_main and warning:
+            print(warning, flush=True)
         if dist.is_main and config.algorithm.off_policy == "auto" and self.settings.off_policy != "none":
             print(f"off-policy correction: {self.settings.off_policy} (algorithm.off_policy: auto; the engine's "
                   f"log-probs are not the trainer's own: engine {config.engine.name}, {config.model.dtype}, "

@@ -141,6 +141,22 @@ def resolve_off_policy(config) -> str:
     return "none" if engine_is_exact(config) else "token_tis"
 
 
+def overlong_warning(config, max_len: int) -> str | None:
+    """A warning when ``algorithm.overlong: soft`` would punish ordinary answers: its ramp starts at
+    ``max_len - overlong_buffer`` tokens, and a ramp over half the budget or more punishes most answers
+    the task wants (DAPO's paper: a 4,096-token buffer of 20,480). Measured on the quickstart (5 new
+    tokens, buffer 4): the dapo preset learned to write shorter, wrong sums and fell from 0.74 to 0.06
+    (benchmarks/README.md, "Policy losses"); with ``overlong: none`` it matched GRPO."""
+    algo = config.algorithm
+    if algo.overlong != "soft" or 2 * algo.overlong_buffer < max_len:
+        return None
+    start = max(0, max_len - algo.overlong_buffer)
+    return (f"warning: algorithm.overlong: soft punishes every completion longer than {start} of its {max_len} "
+            f"tokens (algorithm.overlong_buffer {algo.overlong_buffer}): most answers are penalised and the policy "
+            f"learns to answer short; lower overlong_buffer (at most {max(1, (max_len - 1) // 2)}) or set "
+            "algorithm.overlong: none")
+
+
 def off_policy_weights(settings: UpdateSettings, old_logp: torch.Tensor,
                        micro: Batch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(weights, kept)`` ``[n, T]`` of the run's off-policy correction (``settings.off_policy``, capped
