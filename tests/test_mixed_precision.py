@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlvr.config import ConfigError, ModelConfig, RunConfig, build_config
-from rlvr.modeling.loading import (generation_copy, iter_inference_weights, load_policy, load_run_policy,
+from rlvr.modeling.loading import (generation_copy, iter_inference_weights, load_policy, load_run_policy, load_tokenizer,
                                    needs_engine_copy)
 from rlvr.modeling.logprobs import completion_logprobs
 from rlvr.modeling.precision import autocast, compute_dtype
@@ -83,6 +83,50 @@ def test_master_weights_are_sent_to_an_engine_in_the_compute_dtype_and_decoded_f
     copy = generation_copy(policy, "bfloat16", "cpu")
     assert {p.dtype for p in copy.parameters()} == {torch.bfloat16}
     assert all(float(p.abs().sum()) == 0 for p in copy.parameters())  # zero until the first push
+
+
+def test_an_offline_recipe_evaluates_master_weights_from_a_bf16_copy_kept_up_to_date(tiny_model):
+    """SFT and DPO evaluated by decoding from the float32 master weights themselves (twice the bytes
+    per token of the bf16 they compute in, and another dtype than training's passes)."""
+    from rlvr.engines import SamplingParams
+    from rlvr.engines.weight_sync import evaluation_engine, refresh_evaluation_engine
+
+    policy = load_run_policy(ModelConfig(path=str(tiny_model), dtype="bfloat16"), "cpu", None)
+    tokenizer = load_tokenizer(tiny_model)
+    engine = evaluation_engine(policy, tokenizer, dtype="bfloat16", device="cpu")
+    assert engine.model is not policy and {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+    assert evaluation_engine(policy, tokenizer, dtype="bfloat16", device="cpu", needed=False) is None
+    with torch.no_grad():
+        next(policy.parameters()).add_(1.0)  # a step happened
+    refresh_evaluation_engine(engine, policy)
+    copied = dict(engine.model.named_parameters())
+    for name, weight in policy.named_parameters():
+        assert torch.equal(copied[name], weight.detach().to(torch.bfloat16)), name
+    assert engine.generate([[5, 6, 7]], 1, SamplingParams(max_new_tokens=3, greedy=True))[0][0].token_ids
+
+    plain = load_run_policy(ModelConfig(path=str(tiny_model)), "cpu", None)  # float32 compute: no copy, no push
+    engine = evaluation_engine(plain, tokenizer, dtype="float32", device="cpu")
+    assert engine.model is plain
+    refresh_evaluation_engine(engine, plain)
+
+
+@pytest.mark.slow
+def test_a_bf16_sft_run_evaluates_on_a_bf16_copy_of_its_master_weights(tiny_model, tmp_path, monkeypatch):
+    from rlvr.config import SFTConfig
+    from rlvr.engines.hf import HFEngine
+    from rlvr.recipes import sft
+
+    decoded = []
+    generate = HFEngine.generate
+    monkeypatch.setattr(HFEngine, "generate", lambda self, *a, **k: decoded.append(
+        {p.dtype for p in self.model.parameters()}) or generate(self, *a, **k))
+    config = build_config(SFTConfig, {
+        "out": str(tmp_path), "model": {"path": str(tiny_model), "dtype": "bfloat16"},
+        "data": {"task": "arithmetic", "options": {"style": "bare", "max_digits": 1}},
+        "optim": {"lr": 3e-3}, "train": {"steps": 2, "batch_size": 8, "threads": 1},
+        "eval": {"every": 1, "max_new_tokens": 3, "limit": 4}, "log": {"progress": False, "plot": False}})
+    summary = sft.train(config)
+    assert summary["eval_accuracy"] is not None and decoded and all(d == {torch.bfloat16} for d in decoded)
 
 
 def test_float16_training_is_refused_at_config_load_naming_the_field():

@@ -250,13 +250,26 @@ def send_weights(engine, policy) -> None:
         engine.update_weights(weights)
 
 
-def evaluation_engine(model, tokenizer, *, sharded: bool, dtype: str, device, needed: bool = True):
-    """The HF engine an offline recipe (SFT, DPO) evaluates with: over ``model`` itself; or, for a sharded
-    model, over a whole copy on the rank that evaluates (``needed``; None on the others), which
-    :func:`send_weights` brings up to date before each evaluation."""
+def evaluation_engine(model, tokenizer, *, dtype: str, device, needed: bool = True):
+    """The HF engine an offline recipe (SFT, DPO) evaluates with: over ``model`` itself, or over a whole
+    copy in the compute dtype where the engine cannot or should not decode from it (a sharded model, or
+    float32 master weights computing in bf16: :func:`rlvr.modeling.loading.needs_engine_copy`), made on
+    the rank that evaluates (``needed``; None on the others). :func:`refresh_evaluation_engine` brings
+    the copy up to date before each evaluation."""
     from rlvr.engines.hf import HFEngine
-    from rlvr.modeling.loading import generation_copy
+    from rlvr.modeling.loading import generation_copy, needs_engine_copy
 
-    if not sharded:
+    if not needs_engine_copy(model):
         return HFEngine(model, tokenizer)
     return HFEngine(generation_copy(model, dtype, device), tokenizer, weight_sync="merged") if needed else None
+
+
+def refresh_evaluation_engine(engine, model) -> None:
+    """Before an evaluation: send ``model``'s weights into the copy :func:`evaluation_engine` made (every
+    rank of a sharded model takes part in gathering them); nothing where the engine decodes from
+    ``model`` itself."""
+    from rlvr.modeling.loading import needs_engine_copy
+    from rlvr.run.sharding import is_sharded
+
+    if needs_engine_copy(model) and (engine is not None or is_sharded(model)):
+        send_weights(engine, model)

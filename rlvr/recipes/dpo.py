@@ -25,7 +25,7 @@ import torch
 from rlvr.algorithms.preference import dpo_loss
 from rlvr.config import DPOConfig
 from rlvr.engines import SamplingParams
-from rlvr.engines.weight_sync import evaluation_engine, send_weights
+from rlvr.engines.weight_sync import evaluation_engine, refresh_evaluation_engine
 from rlvr.modeling.forward_choice import forward_note
 from rlvr.modeling.loading import Reference, load_run_policy, load_tokenizer, save_final_model
 from rlvr.modeling.logprobs import collate_completions, completion_logprobs
@@ -105,8 +105,8 @@ def train(config: DPOConfig, *, resume: bool = False, overwrite: bool = False) -
                               logits_chunk_mb=config.model.logits_chunk_mb)
         pad_id, total = tokenizer.pad_token_id, pair_steps(config.train, len(train_data))
         optimizer, scheduler = optimizer_from_config(policy.parameters(), config.optim, total)
-        engine = evaluation_engine(policy, tokenizer, sharded=shard, dtype=config.model.dtype, device=dist.device,
-                                   needed=bool(problems))  # sharded: rank 0 measures gold accuracy on a whole copy
+        engine = evaluation_engine(policy, tokenizer, dtype=config.model.dtype, device=dist.device,
+                                   needed=bool(problems))  # rank 0 measures gold accuracy
         encode = PromptEncoder(tokenizer)
         runner = VerifierRunner() if problems else None
         if runner is not None:
@@ -121,8 +121,8 @@ def train(config: DPOConfig, *, resume: bool = False, overwrite: bool = False) -
                 return {}
             out = {f"eval/{k}": v for k, v in evaluate_pairs(policy, reference, eval_data, pad_id, dpo,
                                                               ev.batch_size).items()} if eval_data else {}
-            if shard and ev.task:
-                send_weights(engine, policy)  # every rank gathers; rank 0's copy takes them
+            if ev.task:
+                refresh_evaluation_engine(engine, policy)  # the engine's copy, if any (sharded: every rank gathers)
             if problems:
                 out["eval/gold_accuracy"] = evaluate(engine, encode, problems, runner, sampling=SamplingParams(
                     max_new_tokens=ev.max_new_tokens, greedy=True, stop=tuple(ev.stop),

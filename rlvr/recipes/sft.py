@@ -19,7 +19,7 @@ import torch
 
 from rlvr.config import SFTConfig
 from rlvr.engines import SamplingParams
-from rlvr.engines.weight_sync import evaluation_engine, send_weights
+from rlvr.engines.weight_sync import evaluation_engine, refresh_evaluation_engine
 from rlvr.modeling.forward_choice import forward_note
 from rlvr.modeling.loading import load_run_policy, load_tokenizer, save_final_model, stop_token_ids
 from rlvr.modeling.logprobs import collate_completions, completion_logprobs
@@ -141,8 +141,8 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
             print(f"forward: {forward_note(model)}", flush=True)
         data = _tokenize(tokenizer, sources, config.environment, stop_token_ids(config.model.path, tokenizer))
         optimizer, scheduler = optimizer_from_config(model.parameters(), config.optim, training.steps)
-        engine = evaluation_engine(model, tokenizer, sharded=shard, dtype=config.model.dtype, device=dist.device,
-                                   needed=bool(eval_problems))  # sharded: rank 0 evaluates on a whole copy
+        engine = evaluation_engine(model, tokenizer, dtype=config.model.dtype, device=dist.device,
+                                   needed=bool(eval_problems))  # rank 0 evaluates
         encode = PromptEncoder(tokenizer, first.chat_template)  # held-out prompts as the first source's
         environments = build_environments(config.environment, eval_problems)  # problems that play episodes
         episodes = episode_runner(config.environment, tokenizer, encode, stop_token_ids(config.model.path, tokenizer),
@@ -156,8 +156,7 @@ def train(config: SFTConfig, *, resume: bool = False, overwrite: bool = False) -
 
         def accuracy() -> float | None:
             """Greedy accuracy on the held-out problems (rank 0 measures; every rank gets it)."""
-            if shard:
-                send_weights(engine, model)  # every rank gathers; rank 0's copy takes them
+            refresh_evaluation_engine(engine, model)  # the engine's copy, if any (sharded: every rank gathers)
             result = evaluate(engine, encode, eval_problems, runner, episodes=episodes, sampling=SamplingParams(
                 max_new_tokens=ev.max_new_tokens, greedy=True, stop=tuple(ev.stop),
                 include_stop=ev.include_stop)).accuracy if eval_problems else None
