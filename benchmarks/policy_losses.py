@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
+from benchmarks.jobs import run_jobs  # noqa: E402
 from benchmarks.vs_trl import build_sft_model  # noqa: E402  (the quickstart's SFT warm start)
 
 
@@ -44,25 +44,6 @@ def stage_command(preset: str, model: Path, out: Path, seed: int, steps: int, th
     return [sys.executable, "-m", "rlvr.cli", "train", str(config), f"model.path={model}", f"out={out}",
             f"algorithm.preset={preset}", f"train.seed={seed}", f"train.steps={steps}", f"train.threads={threads}",
             f"eval.every={eval_every}", "checkpoint.every=0", "log.progress=false", "log.plot_every=0", "--overwrite"]
-
-
-def run_batch(jobs: list[tuple[str, int, Path, Path]], args) -> None:
-    """Run ``(preset, seed, model, out)`` jobs, ``args.parallel`` at a time, in the order given."""
-    pending, running = list(jobs), []
-    while pending or running:
-        while pending and len(running) < args.parallel:
-            preset, seed, model, out = pending.pop(0)
-            log = open(out.parent / f"{out.name}.log", "w")
-            command = stage_command(preset, model, out, seed, args.steps, args.threads, args.eval_every)
-            running.append((preset, seed, out, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)))
-            print(f"  started {preset} seed {seed}", flush=True)
-        time.sleep(1.0)
-        for job in [j for j in running if j[3].poll() is not None]:
-            running.remove(job)
-            preset, seed, out, process = job
-            if process.returncode != 0:
-                sys.exit(f"{preset} seed {seed} failed: see {out.parent / (out.name + '.log')}")
-            print(f"  finished {preset} seed {seed}", flush=True)
 
 
 def main() -> None:
@@ -84,7 +65,10 @@ def main() -> None:
     for seed in seeds:
         print(f"[seed {seed}] tiny model + SFT -> {root / f'seed{seed}'}", flush=True)
         model = build_sft_model(root / f"seed{seed}", seed=seed, layers=2, threads=args.threads)
-        run_batch([(preset, seed, model, root / f"seed{seed}" / preset) for preset in presets], args)
+        run_jobs([(f"{preset} seed {seed}",
+                   stage_command(preset, model, root / f"seed{seed}" / preset, seed, args.steps, args.threads,
+                                 args.eval_every),
+                   root / f"seed{seed}" / f"{preset}.log") for preset in presets], args.parallel)
     print(f"all runs done in {time.perf_counter() - started:.0f} s\n")
 
     results: dict[str, dict[int, dict]] = {preset: {} for preset in presets}

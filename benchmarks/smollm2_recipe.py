@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +28,8 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
+
+from benchmarks.jobs import run_jobs  # noqa: E402
 
 CONFIGS = {"full": "smollm2_arith.yaml", "lora": "smollm2_arith_lora.yaml"}
 
@@ -40,26 +41,6 @@ def command(mode: str, model: str, out: Path, seed: int, threads: int, engine: s
     return [sys.executable, "-m", "rlvr.cli", "train", str(config), f"model.path={model}", f"out={out}",
             f"train.seed={seed}", f"train.threads={threads}", f"engine.name={engine}", "log.progress=false",
             "--overwrite"]
-
-
-def run_all(jobs: list[tuple[str, int, Path]], args) -> None:
-    """Run ``(mode, seed, out)`` jobs, ``args.parallel`` at a time."""
-    pending, running = list(jobs), []
-    while pending or running:
-        while pending and len(running) < args.parallel:
-            mode, seed, out = pending.pop(0)
-            log = open(out.parent / f"{out.name}.log", "w")
-            process = subprocess.Popen(command(mode, args.model, out, seed, args.threads, args.engine),
-                                       stdout=log, stderr=subprocess.STDOUT)
-            running.append((mode, seed, out, process))
-            print(f"  started {mode} seed {seed}", flush=True)
-        time.sleep(1.0)
-        for job in [j for j in running if j[3].poll() is not None]:
-            running.remove(job)
-            mode, seed, out, process = job
-            if process.returncode != 0:
-                sys.exit(f"{mode} seed {seed} failed: see {out.parent / (out.name + '.log')}")
-            print(f"  finished {mode} seed {seed}", flush=True)
 
 
 def plot(results: dict, path: Path, title: str) -> None:
@@ -108,7 +89,8 @@ def main() -> None:
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="smollm2-"))
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    run_all([(mode, seed, root / f"{mode}_seed{seed}") for seed in seeds for mode in modes], args)
+    run_jobs([(f"{mode} seed {seed}", command(mode, args.model, root / f"{mode}_seed{seed}", seed, args.threads, args.engine),
+               root / f"{mode}_seed{seed}.log") for seed in seeds for mode in modes], args.parallel)
     print(f"all runs done in {time.perf_counter() - started:.0f} s "
           f"({args.parallel} at a time, {args.threads} thread(s) each, engine {args.engine})\n")
 

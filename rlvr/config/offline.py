@@ -13,7 +13,8 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from rlvr.config.sections import (CheckpointConfig, EnvironmentConfig, FieldError, LogConfig, ModelConfig, OptimConfig,
-                                  ProcessConfig, RecipeConfig, Section, check_chat_template, plugin_options, registered)
+                                  ProcessConfig, RecipeConfig, Section, check_chat_template, check_stop_strings,
+                                  plugin_options, registered)
 
 
 class SFTDataConfig(Section):
@@ -55,12 +56,7 @@ class GreedyEvalStops(Section):
                             "one (as generation.stop of `rlvr train`), e.g. ['</answer>']")
     include_stop: bool = Field(True, description="keep the stop string in the answer the verifier reads (false: cut it)")
 
-    @field_validator("stop")
-    @classmethod
-    def _stop_strings_are_not_empty(cls, value: list[str]) -> list[str]:
-        if any(not string for string in value):
-            raise ValueError("every stop string must be non-empty (an empty one would end every answer at once)")
-        return value
+    _stop_strings_are_not_empty = field_validator("stop")(check_stop_strings)
 
 
 class SFTEvalConfig(GreedyEvalStops):

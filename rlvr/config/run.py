@@ -27,8 +27,8 @@ from pydantic import Field, field_validator, model_validator
 from rlvr.config.loading import ConfigError
 from rlvr.config.compatibility import CRITIC_PRESETS  # noqa: F401  (re-exported as rlvr.config.CRITIC_PRESETS)
 from rlvr.config.sections import (CheckpointConfig, EnvironmentConfig, FieldError, LogConfig, ModelConfig, OptimConfig,
-                                  ProcessConfig, RecipeConfig, Section, TaskConfig, VerifierConfig, plugin_options,
-                                  registered)
+                                  ProcessConfig, RecipeConfig, Section, TaskConfig, VerifierConfig, check_stop_strings,
+                                  plugin_options, registered)
 
 class EngineConfig(Section):
     name: str = Field("hf", description="generation engine, from the engine registry (built-in: hf, vllm; plugins "
@@ -64,12 +64,7 @@ class GenerationConfig(Section):
         "skip", description="prompts that leave no room for max_new_tokens in the model's context: left out (counted "
         "and reported at start), or refuse to run")
 
-    @field_validator("stop")
-    @classmethod
-    def _stop_strings_are_not_empty(cls, value: list[str]) -> list[str]:
-        if any(not string for string in value):
-            raise ValueError("every stop string must be non-empty (an empty one would end every completion at once)")
-        return value
+    _stop_strings_are_not_empty = field_validator("stop")(check_stop_strings)
 
 
 class AlgorithmConfig(Section):

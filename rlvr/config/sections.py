@@ -48,6 +48,13 @@ def plugin_options(check: str, name: str, options: dict, name_field: str) -> Non
         raise FieldError(name_field if isinstance(exc, PluginLoadError) else "options", str(exc)) from None
 
 
+def check_stop_strings(value: list[str]) -> list[str]:
+    """A ``stop`` list (``generation.stop``, a recipe's ``eval.stop``): every string non-empty."""
+    if any(not string for string in value):
+        raise ValueError("every stop string must be non-empty (an empty one would end every completion at once)")
+    return value
+
+
 def check_chat_template(value: str) -> str:
     """``auto``, ``none`` or a readable Jinja template file (pydantic reports the error under the field)."""
     from rlvr.rollout.chat import resolve_chat_template
