@@ -407,6 +407,29 @@ def test_the_engine_decodes_a_lora_policy_as_its_own_forward(tiny_model):
                 assert x.logprobs == pytest.approx(y.logprobs, abs=1e-9)
 
 
+def test_decoding_steps_read_the_adapters_without_calling_peft(tiny_model, monkeypatch):
+    """A decoding step computes each LoRA projection as one addmm over the base layer's output (peft's
+    forward is 7 operators and a module call a projection: LoRA decoded at half full fine-tuning's
+    speed on a GPU); only the prompts' pass calls peft's modules, so more tokens add no calls."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    tokenizer = load_tokenizer(tiny_model)
+    lora = _with_lora(load_policy(tiny_model)).eval()
+    calls = []
+    forward = LoraLinear.forward
+    monkeypatch.setattr(LoraLinear, "forward", lambda self, *a, **k: calls.append(1) or forward(self, *a, **k))
+    engine, prompts = HFEngine(lora, tokenizer), [tokenizer.encode("12+3="), tokenizer.encode("7+45=")]
+    counts = []
+    for tokens in (2, 6):
+        calls.clear()
+        out = engine.generate(prompts, n=2, sampling=SamplingParams(max_new_tokens=tokens, temperature=1.0, top_k=3))
+        assert max(len(c.token_ids) for group in out for c in group) > 1
+        counts.append(len(calls))
+    assert counts[0] == counts[1]  # the prefill's calls only (one per projection at most)
+    with lora.disable_adapter():  # adapters off while decoding: the base layers alone, as peft has them
+        engine.generate(prompts, n=1, sampling=SamplingParams(max_new_tokens=3, greedy=True))
+
+
 @pytest.mark.filterwarnings("ignore:`lora_bias=True` was passed", "ignore:Model has `tie_word_embeddings=True`")
 def test_lora_forms_it_cannot_run_exactly_are_refused_with_the_reason(tiny_model):
     """Each LoRA form outside plain single-adapter LoRA on the projections falls back to the model's

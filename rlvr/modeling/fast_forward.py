@@ -38,7 +38,7 @@ Row layout: rows ``[B = D * G]`` are grouped by prompt, ``G`` consecutive rows p
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -217,11 +217,14 @@ class PromptCache:
 
 @dataclass
 class RowCache:
-    """The rows' own keys and values while decoding: each layer's ``[D, kv_heads, G, capacity, d]``."""
+    """The rows' own keys and values while decoding: each layer's ``[D, kv_heads, G, capacity, d]``;
+    and the LoRA projections' adapters as decoding reads them (:func:`_decoding_adapter`), made at the
+    first step: the weights do not change while rows decode."""
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     length: int = 0  # tokens written
+    adapters: dict = field(default_factory=dict)  # id(LoRA projection) -> (A, (scaling * B)^T) | None
 
     @classmethod
     def empty(cls, prompts: PromptCache, capacity: int) -> "RowCache":
@@ -350,8 +353,9 @@ def _run(model, sections: list[_Section], ids: list[torch.Tensor], positions: li
 
     hidden = model.model.embed_tokens(flat(ids))
     cos, sin = _rotary(model, hidden, flat(positions))
+    adapters = next((section.rows.adapters for section in sections if section.rows is not None), None)
     for index in range(len(shapes.layers)):
-        hidden = _layer(shapes, index, hidden, cos, sin, sections)
+        hidden = _layer(shapes, index, hidden, cos, sin, sections, adapters)
     return hidden
 
 
@@ -397,36 +401,64 @@ class _Shapes:
         self.scale = self.head_dim ** -0.5
 
 
-def _layer(w: _Shapes, index: int, hidden: torch.Tensor, cos, sin, sections: list[_Section]) -> torch.Tensor:
+def _layer(w: _Shapes, index: int, hidden: torch.Tensor, cos, sin, sections: list[_Section],
+           adapters: dict | None = None) -> torch.Tensor:
     """One decoder layer over the pass's tokens ``hidden [N, hidden]``, the sections' one after
-    another: norms, projections and MLP over all of them at once, attention per section."""
+    another: norms, projections and MLP over all of them at once, attention per section. ``adapters``:
+    a decoding step's LoRA adapters (:attr:`RowCache.adapters`)."""
     layer = w.layers[index]
     heads, kv, dim = w.heads, w.kv_heads, w.head_dim
     attn = layer.self_attn
     x = _rms_norm(hidden, layer.input_layernorm)
-    q = _rope(_linear(attn.q_proj, x).view(-1, heads, dim), cos, sin)
-    k = _rope(_linear(attn.k_proj, x).view(-1, kv, dim), cos, sin)
-    v = _linear(attn.v_proj, x).view(-1, kv, dim)
+    q = _rope(_linear(attn.q_proj, x, adapters).view(-1, heads, dim), cos, sin)
+    k = _rope(_linear(attn.k_proj, x, adapters).view(-1, kv, dim), cos, sin)
+    v = _linear(attn.v_proj, x, adapters).view(-1, kv, dim)
     if len(sections) == 1:
         out = _attention(w, index, q, k, v, sections[0])
     else:
         sizes = [section.tokens.size for section in sections]
         out = torch.cat([_attention(w, index, *qkv, section)
                          for *qkv, section in zip(q.split(sizes), k.split(sizes), v.split(sizes), sections)])
-    hidden = hidden + _linear(attn.o_proj, out)
+    hidden = hidden + _linear(attn.o_proj, out, adapters)
     mlp = layer.mlp
     x = _rms_norm(hidden, layer.post_attention_layernorm)
-    up = F.silu(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x)
-    return hidden + _linear(mlp.down_proj, up)
+    up = F.silu(_linear(mlp.gate_proj, x, adapters)) * _linear(mlp.up_proj, x, adapters)
+    return hidden + _linear(mlp.down_proj, up, adapters)
 
 
-def _linear(proj, x: torch.Tensor) -> torch.Tensor:
+def _linear(proj, x: torch.Tensor, adapters: dict | None = None) -> torch.Tensor:
     """A projection of the tokens ``x [N, in]``: a plain ``Linear`` as ``F.linear`` (no module-call
-    overhead), a LoRA one (:func:`_lora_projection_reason` vetted it) by its own forward, which adds
-    ``scaling * B(A(x))`` to the base layer's output (none while its adapters are disabled or merged)."""
+    overhead); a LoRA one (:func:`_lora_projection_reason` vetted it) by its own forward, which adds
+    ``scaling * B(A(x))`` to the base layer's output (none while its adapters are disabled or merged),
+    except while decoding (``adapters``, a :class:`RowCache`'s): there the same sum is one ``addmm`` over
+    the base layer's output with the adapters in ``x``'s dtype, ``scaling`` folded into ``B`` once per
+    generation. peft's forward takes 7 operators per projection (casts to and from the float32 adapters,
+    two matmuls, a scale, an add) and its module call; a decoding step of a small model is bound by
+    that per-operator cost on a GPU, where LoRA decoded at half full fine-tuning's speed."""
     if type(proj) is torch.nn.Linear:
         return F.linear(x, proj.weight, proj.bias)
-    return proj(x)
+    if adapters is None or proj.disable_adapters or proj.merged:
+        return proj(x)
+    key = id(proj)
+    if key not in adapters:
+        adapters[key] = _decoding_adapter(proj, x.dtype)
+    base = F.linear(x, proj.base_layer.weight, proj.base_layer.bias)
+    if adapters[key] is None:  # no active adapter on this projection
+        return base
+    down, up = adapters[key]
+    return torch.addmm(base, F.linear(x, down), up)
+
+
+def _decoding_adapter(proj, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A LoRA projection's one active adapter as decoding reads it: ``(A [r, in], (scaling * B)^T [r, out])``
+    in ``dtype``; None where no adapter of this projection is active."""
+    active = [name for name in proj.active_adapters if name in proj.lora_A]
+    if not active:
+        return None
+    (name,) = active  # :func:`_lora_projection_reason` refused more than one
+    down = proj.lora_A[name].weight.detach()
+    up = (proj.lora_B[name].weight.detach() * proj.scaling[name]).t()
+    return down.to(dtype), up.to(dtype)
 
 
 def _attention(w: _Shapes, index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, section: _Section) -> torch.Tensor:
