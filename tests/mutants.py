@@ -106,6 +106,7 @@ RETRIED = CATCHERS + "test_the_http_judge_retries_408_409_425_429_and_5xx_once_e
 GENERATOR = "tests/test_async_generation.py::test_the_generator_process_samples_what_the_in_process_engine_samples"
 ADV = "rlvr.algorithms.advantages"
 LOSSES = "rlvr.algorithms.losses"
+VARIANTS = "rlvr.algorithms.policy_loss_variants"
 POLICY_LOSS_TESTS = "tests/test_policy_losses.py::"
 MISMATCH = "tests/test_mismatch_correction.py::"
 
@@ -341,19 +342,19 @@ MUTANTS: list[Mutant] = [
     Mutant("process-wrong-step-frac-inverted", "rlvr.rollout.process_scoring:step_metrics",
            "sum(p < 0.5 for p in flat)", "sum(p >= 0.5 for p in flat)", tests=(PROCESS + "test_step_metrics_by_hand",)),
     # ---- the sequence-level and clipped-weight policy losses (gspo, gspo_token, cispo) ----------------------
-    Mutant("gspo-ratio-sum-not-mean", f"{LOSSES}:_sequence_log_ratio",
+    Mutant("gspo-ratio-sum-not-mean", f"{LOSSES}:sequence_log_ratio",
            "return log_ratio.sum(dim=1) / m.sum(dim=1).clamp(min=1).to(logp.dtype)", "return log_ratio.sum(dim=1)",
            tests=(POLICY_LOSS_TESTS + "test_gspo_clips_the_geometric_mean_sequence_ratio_by_hand",)),
-    Mutant("gspo-ratio-counts-padding", f"{LOSSES}:_sequence_log_ratio",
+    Mutant("gspo-ratio-counts-padding", f"{LOSSES}:sequence_log_ratio",
            "torch.where(m, logp - old_logp, torch.zeros_like(logp))", "logp - old_logp",
            tests=(POLICY_LOSS_TESTS + "test_gspo_clips_the_geometric_mean_sequence_ratio_by_hand",)),
-    Mutant("gspo-token-weight-not-detached", f"{LOSSES}:gspo_token", "_sequence_log_ratio(logp, old_logp, mask).detach()",
-           "_sequence_log_ratio(logp, old_logp, mask)",
+    Mutant("gspo-token-weight-not-detached", f"{VARIANTS}:gspo_token", "sequence_log_ratio(logp, old_logp, mask).detach()",
+           "sequence_log_ratio(logp, old_logp, mask)",
            tests=(POLICY_LOSS_TESTS + "test_gspo_token_equals_gspo_in_value_and_gradient_with_one_advantage_per_sequence",)),
-    Mutant("cispo-weight-not-detached", f"{LOSSES}:cispo",
+    Mutant("cispo-weight-not-detached", f"{VARIANTS}:cispo",
            "torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high).detach()", "torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)",
            tests=(POLICY_LOSS_TESTS + "test_cispo_weights_are_clipped_and_every_token_keeps_its_gradient_by_hand",)),
-    Mutant("cispo-clipped-tokens-dropped", f"{LOSSES}:cispo", "loss = -weight * adv * counted_logp",
+    Mutant("cispo-clipped-tokens-dropped", f"{VARIANTS}:cispo", "loss = -weight * adv * counted_logp",
            "loss = -weight * adv * torch.where((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high), "
            "counted_logp.detach(), counted_logp)",
            tests=(POLICY_LOSS_TESTS + "test_cispo_weights_are_clipped_and_every_token_keeps_its_gradient_by_hand",)),
@@ -364,17 +365,17 @@ MUTANTS: list[Mutant] = [
     Mutant("preset-cispo-lower-bound", "rlvr.config.run:PRESETS['cispo']", tests=(PRESET_CONFIG, PRESET_LOSS),
            apply=_preset_change("cispo", clip_low=0.2)),
     # ---- the soft-gate, geometric-mean and covariance policy losses; the importance-weight metrics ------------
-    Mutant("sapo-one-temperature", f"{LOSSES}:sapo", "torch.full_like(adv, tau_neg)", "torch.full_like(adv, tau_pos)",
+    Mutant("sapo-one-temperature", f"{VARIANTS}:sapo", "torch.full_like(adv, tau_neg)", "torch.full_like(adv, tau_pos)",
            tests=(POLICY_LOSS_TESTS + "test_sapo_soft_gate_value_and_gradient_by_hand",)),
-    Mutant("gmpo-clips-both-directions", f"{LOSSES}:gmpo",
+    Mutant("gmpo-clips-both-directions", f"{VARIANTS}:gmpo",
            "kept = sign * torch.minimum(sign * log_ratio, sign * clipped_log_ratio)", "kept = clipped_log_ratio",
            tests=(POLICY_LOSS_TESTS + "test_gmpo_geometric_mean_of_log_clipped_ratios_by_hand",)),
     Mutant("preset-gmpo-ratio-clip-range", "rlvr.config.run:PRESETS['gmpo']", tests=(PRESET_CONFIG, PRESET_LOSS),
            apply=_preset_change("gmpo", clip_low=0.2, clip_high=0.2)),
-    Mutant("clip-cov-picked-keep-gradient", f"{LOSSES}:clip_cov",
+    Mutant("clip-cov-picked-keep-gradient", f"{VARIANTS}:clip_cov",
            "loss = torch.where(picked, torch.zeros_like(loss), loss)", "pass",
            tests=(POLICY_LOSS_TESTS + "test_clip_cov_stops_the_gradient_of_the_high_covariance_token_by_hand",)),
-    Mutant("kl-cov-penalises-lowest-covariance", f"{LOSSES}:kl_cov", "torch.topk(cov, min(count, int(m.sum())))",
+    Mutant("kl-cov-penalises-lowest-covariance", f"{VARIANTS}:kl_cov", "torch.topk(cov, min(count, int(m.sum())))",
            "torch.topk(cov, min(count, int(m.sum())), largest=False)",
            tests=(POLICY_LOSS_TESTS + "test_kl_cov_penalises_the_top_covariance_token_by_hand",)),
     Mutant("stats-ratio-max-counts-padding", f"{LOSSES}:policy_loss", "float(ratio[m].max())", "float(ratio.max())",
