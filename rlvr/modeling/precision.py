@@ -8,7 +8,8 @@ weights, gradients and optimizer state in float32 and runs the forward in bf16:
 
   * a model whose full weights train, on one process or under ``ddp``: float32 weights and the passes
     under ``torch.autocast`` in the compute dtype (:func:`autocast`); the HF engine decodes from a
-    bf16 copy the trainer pushes its weights into, as vLLM holds its own;
+    bf16 copy the trainer pushes its weights into, as vLLM holds its own (``rlvr train``'s engine, and
+    the greedy evaluations of ``sft`` and ``dpo``);
   * under FSDP2: float32 shards and FSDP2's ``MixedPrecisionPolicy`` (bf16 all-gathers, float32
     gradient reduction), :func:`rlvr.run.sharding.shard_model`;
   * LoRA: the frozen base in the compute dtype (nothing steps it) and the adapters float32 (peft keeps
